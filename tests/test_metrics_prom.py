@@ -190,7 +190,8 @@ def test_the_alert_rules_in_operations_md_pass_promtool_and_name_metrics_the_nod
     p = promtool_check(["check", "rules", str(f)])
     assert p.returncode == 0, f"promtool check rules: {p.stdout}\n{p.stderr}"
     assert "SUCCESS" in p.stdout
-    for name in ("NoLeader", "FireLag", "DeadLetterQueueGrowing", "DeadlineMisses"):
+    for name in ("NoLeader", "FireLag", "DeadLetterQueueGrowing", "DeadlineMisses", "NotificationsStuck",
+                 "NotificationsDead"):
         assert f"alert: {name}" in rules
     # The scrape configuration beside them, with the rules file it names (the token file it reads
     # made here: promtool checks that it exists).
@@ -342,5 +343,31 @@ def test_dead_letter_queue_growing_fires_for_one_dead_run_and_ends(tmp_path):
               description: "Runs of default ended dead in the last 30 minutes: GET /v1/dlq?queue=default shows each attempt's error."
       - eval_time: 45m
         alertname: DeadLetterQueueGrowing
+        exp_alerts: []
+""")
+
+
+def test_notifications_stuck_pages_from_any_node_across_a_fail_over(tmp_path):
+    """An on-call walk: a sink down for minutes showed no condition, and the only gauge of it
+    lived on the leader and started again at each fail-over. The oldest pending event's age is
+    the replicated state's, so any node's sample pages at 15 minutes, whichever node leads, and
+    the page ends once the sink was sent it."""
+    series = []
+    for n in (1, 2):  # one node's samples stop at 10 m (killed); the other's go on
+        ages = "0 60+60x15 0x5" if n == 2 else "0 60+60x9"
+        series.append(f"""      - series: 'raftsched_sink_oldest_pending_seconds{{job="raftsched",instance="n{n}",sink="ops"}}'
+        values: '{ages}'""")
+    _promtool_test(tmp_path, series, """      - eval_time: 14m
+        alertname: NotificationsStuck
+        exp_alerts: []
+      - eval_time: 16m
+        alertname: NotificationsStuck
+        exp_alerts:
+          - exp_labels: {severity: page, sink: ops}
+            exp_annotations:
+              summary: "sink ops has not been sent an event for 16m 0s"
+              description: "raftsched sinks get ops shows behind; the leader's log says why (sink ... cannot be reached / refused). Alerts routed only to it are not reaching anyone."
+      - eval_time: 20m
+        alertname: NotificationsStuck
         exp_alerts: []
 """)

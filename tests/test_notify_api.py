@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from raftsched.core import commands, limits
 from raftsched.node.notify import Notifier, one_line, sign
 
+from test_metrics_prom import sample
 from test_auth import BOOT, SPEC, call, new_token, run
 
 HOOK = {"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "whsec-do-not-show"}}
@@ -117,17 +118,34 @@ def test_an_outage_is_waited_out_in_order_and_a_refusal_is_not(monkeypatch):
             notifier = Notifier(env.raft, env.clock, env.service.keyring)
             reg = CollectorRegistry()
             reg.register(notifier.collector())
+            # A node that does not deliver (a follower; the leader after a fail-over) reads the
+            # same replicated state: what the sink was not sent, and how long it has waited.
+            other = CollectorRegistry()
+            other.register(Notifier(env.raft, env.clock, env.service.keyring).collector())
+            text = generate_latest(other).decode()
+            assert 'raftsched_sink_pending_events{sink="hook"} 2.0' in text, text
+            assert 'raftsched_sink_dead_events{sink="hook"} 0.0' in text
+            # (an on-call walk: these appeared with their first count, which increase() cannot see)
+            assert 'raftsched_event_attempts_failed_total{sink="hook"} 0.0' in text
+            assert 'raftsched_events_lost_total{sink="hook"} 0.0' in text
             task = asyncio.ensure_future(notifier.run_while_leading())
             try:
                 await _until(lambda: len(got) >= 6, "tries past the attempts")
                 assert not env.state.sinks["hook"]["dead"]
                 assert {json.loads(b)["event_id"] for _, b in got} == {"ev-1"}  # the second waits behind
                 assert 'raftsched_sink_unreachable_seconds{sink="hook"}' in generate_latest(reg).decode()
+                env.clock.advance(90_000)
+                text = generate_latest(other).decode()
+                assert 'raftsched_sink_pending_events{sink="hook"} 2.0' in text
+                assert sample(text, "raftsched_sink_oldest_pending_seconds", sink="hook") >= 90, text
                 status[0] = 200
                 await _until(lambda: env.state.sinks["hook"]["cursor"] == env.state.outbox.seq, "the cursor")
                 assert [json.loads(b)["event_id"] for _, b in got if b][-2:] == ["ev-1", "ev-2"]
                 assert not env.state.sinks["hook"]["dead"]
                 assert "raftsched_sink_unreachable_seconds{" not in generate_latest(reg).decode()
+                text = generate_latest(other).decode()
+                assert 'raftsched_sink_pending_events{sink="hook"} 0.0' in text
+                assert 'raftsched_sink_oldest_pending_seconds{sink="hook"} 0.0' in text
                 # An outage longer than outage_s: the event is dead then, with every attempt counted.
                 status[0] = 502
                 n = len(got)
@@ -142,6 +160,7 @@ def test_an_outage_is_waited_out_in_order_and_a_refusal_is_not(monkeypatch):
                 n = len(got)
                 assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
                 await _until(lambda: len(env.state.sinks["hook"]["dead"]) == 2, "the second dead event")
+                assert 'raftsched_sink_dead_events{sink="hook"} 2.0' in generate_latest(other).decode()
                 assert env.state.sinks["hook"]["dead"][1]["attempts"] == 2 and len(got) == n + 2
                 assert 'raftsched_sink_unreachable_seconds{sink="hook"} 601' in generate_latest(reg).decode()
                 # A refusal is dead after its attempts, outage_s or not.
@@ -522,7 +541,7 @@ def test_the_counters_of_a_deleted_sink_are_dropped_and_refused_attempts_are_exp
     assert set(n.delivered) == set(n.dead) == {("kept", "run.dead")}
     assert set(n.attempts_failed) == set(n.lost) == set(n._lost_at) == {"kept"}
     n.raft = type("R", (), {"read": staticmethod(lambda fn, *a: list(names) if fn.__name__ == "sink_names"
-                                                  else {"seq": 0, "held": {}} if fn.__name__ == "outbox_counts"
+                                                  else {"seq": 0, "held": {}, "sinks": {}} if fn.__name__ == "outbox_counts"
                                                   else [])})()
     n.attempts_failed["kept"] += 2
     reg = CollectorRegistry()

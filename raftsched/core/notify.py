@@ -558,9 +558,25 @@ def metric_jobs(s: SchedulerState) -> list[tuple[str, Record]]:
 
 
 def outbox_counts(s: SchedulerState) -> Record:
-    """The outbox's last seq (events kept since the cluster began) and the events it holds by kind."""
+    """The outbox's last seq (events kept since the cluster began), the events it holds by kind,
+    and for each sink (``sinks``: ``name -> [pending, oldest, dead]``) the events routed to it that
+    it was not sent yet (after its cursor, and its requeued ones), the time (ms) of the oldest of
+    them (None when there is none) and its dead events: one walk of the outbox for every sink."""
     by: dict[str, int] = {}
+    cursors = {name: sk["cursor"] for name, sk in s.sinks.items()}
+    pending: dict[str, list[Any]] = {}
+    for name, sk in s.sinks.items():
+        redo = sk["redo"]
+        pending[name] = [len(redo), min((ev["at"] for ev in redo), default=None), len(sk["dead"])]
     for ev in s.outbox.events:
         by[ev["kind"]] = by.get(ev["kind"], 0) + 1
-    return {"seq": s.outbox.seq, "held": by}
+        seq = ev["seq"]
+        for name in ev["to"]:
+            c = cursors.get(name)
+            if c is not None and seq > c:
+                p = pending[name]
+                p[0] += 1
+                if p[1] is None or ev["at"] < p[1]:
+                    p[1] = ev["at"]
+    return {"seq": s.outbox.seq, "held": by, "sinks": pending}
 

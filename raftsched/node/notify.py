@@ -888,9 +888,11 @@ class _Collector:
             yield fam
         failed = CounterMetricFamily("raftsched_event_attempts_failed", "delivery attempts a sink refused or "
                                      "that failed, retried ones included (this node, while leading)", labels=["sink"])
-        for sink, v in sorted(dict(n.attempts_failed).items()):
-            if sink in live:
-                failed.add_metric([sink], v)
+        # Every live sink's series from the first scrape, at 0: a series that first appears at 1
+        # has no increase() (as the alert rules' counters: docs/operations.md).
+        attempts = dict(n.attempts_failed)
+        for sink in sorted(live):
+            failed.add_metric([sink], attempts.get(sink, 0))
         yield failed
         down = GaugeMetricFamily("raftsched_sink_unreachable_seconds", "how long a sink's outage has lasted "
                                  "(since an attempt first could not reach it, none taken since), absent while it has "
@@ -902,10 +904,27 @@ class _Collector:
         yield down
         lost = CounterMetricFamily("raftsched_events_lost", "events the outbox gave up before a sink was sent them "
                                    "(at most: not all of them were for it), seen by this node", labels=["sink"])
-        for sink, v in sorted(dict(n.lost).items()):
-            if sink in live:
-                lost.add_metric([sink], v)
+        gone = dict(n.lost)
+        for sink in sorted(live):
+            lost.add_metric([sink], gone.get(sink, 0))
         yield lost
+        # From the replicated state, the same on every node (whoever leads, through a fail-over):
+        # what a sink has not been sent yet, and how long the oldest of it has waited.
+        behind = GaugeMetricFamily("raftsched_sink_pending_events", "events routed to a sink that it was not sent "
+                                   "yet (after its cursor, and requeued ones), from the replicated state",
+                                   labels=["sink"])
+        oldest = GaugeMetricFamily("raftsched_sink_oldest_pending_seconds", "how long the oldest event a sink was "
+                                   "not sent yet has waited since it was committed (0 when none waits)",
+                                   labels=["sink"])
+        dead = GaugeMetricFamily("raftsched_sink_dead_events", "events in a sink's dead list (given up on, until "
+                                 "requeued or the list's bound drops them), from the replicated state", labels=["sink"])
+        for sink, (count, at, d) in sorted(counts["sinks"].items()):
+            behind.add_metric([sink], count)
+            oldest.add_metric([sink], 0 if at is None else max(0, now - at) / 1000)
+            dead.add_metric([sink], d)
+        yield behind
+        yield oldest
+        yield dead
         h = HistogramMetricFamily("raftsched_event_delivery_seconds",
                                   "from an event's commit to a sink's acceptance (this node)")
         acc, buckets = 0, []
