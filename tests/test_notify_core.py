@@ -254,6 +254,10 @@ def test_after_consecutive_and_repeat_every_s() -> None:
     run_once(s, now, False)
     assert kinds(s) == ["run.dead", "run.dead"]  # 30 s after the first: repeated once
     assert s.outbox.events[-1]["detail"]["consecutive_failures"] == 5
+    # What repeat_every_s held back is counted (an on-call walk: a second slot's run.dead and
+    # deadline.missed within the window went nowhere, and nothing said so); the first failure,
+    # below after_consecutive, is not held back but not due.
+    assert s.stats.held_back == {"run.dead": 2}
 
 
 def test_recovered_goes_only_to_a_route_told_of_the_incident() -> None:

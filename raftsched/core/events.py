@@ -193,6 +193,8 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
                 # slots or missed deadlines has not made yet (notify.health's, made here).
                 h = s.health[job] = new_health()  # type: ignore[index]
             if h is not None and not _quiet_enough(h, r, name, kind, now):
+                if kind != "job.recovered" and (kind != "run.dead" or h[CONSECUTIVE] >= r["after_consecutive"]):
+                    s.stats.on_held_back(kind)  # (repeat_every_s held it back: counted, not silent)
                 continue
         out.append(name)
     return out

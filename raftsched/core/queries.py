@@ -598,6 +598,7 @@ def apply_stats(s: SchedulerState) -> dict[str, Any]:
     "slot_to_completion": (...)}``."""
     st = s.counted  # (not what a replay at the node's start applies again)
     return {"recorded": dict(st.recorded), "finished": dict(st.finished), "deadlines": dict(st.deadlines),
+            "held_back": dict(st.held_back),
             "slot_to_start": (st.slot_to_start.bounds_ms, list(st.slot_to_start.counts), st.slot_to_start.sum_ms),
             "slot_to_completion": (st.slot_to_completion.bounds_ms, list(st.slot_to_completion.counts),
                                    st.slot_to_completion.sum_ms)}

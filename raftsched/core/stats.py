@@ -9,6 +9,7 @@ counted (its log after its dump, up to the commit index it had written: ``Schedu
 
 - ``finished``: runs that ended, by state (``succeeded``, ``failed``, ``dead``).
 - ``deadlines``: deadlines judged ``missed`` (with the cause) or ``late`` (deadlines.py).
+- ``held_back``: events a route's ``repeat_every_s`` did not send, by kind (events.route).
 - ``recorded``: slots that did not become runs, by ``(state, reason)`` (``skipped`` / ``coalesced``;
   ``misfire``, ``overlap``, ``queue_full``, ``paused``, ...), counted in slots (a record may stand
   for a range of them).
@@ -55,6 +56,8 @@ class ApplyStats:
         self.deadlines: dict[tuple[str, str, str], int] = {}
         self.slot_to_start = Buckets(SLOT_BOUNDS_MS)
         self.slot_to_completion = Buckets(SLOT_BOUNDS_MS)
+        #: events a route's repeat_every_s held back (not sent to that sink), by kind
+        self.held_back: dict[str, int] = {}
         #: times a worker's state may have become ``draining``: a drain applied, or a restore
         #: (which may bring drains). A node's dispatcher answers its waiting lease requests of
         #: drained workers when it moves (node/dispatch.py), not at the end of their wait.
@@ -92,6 +95,11 @@ class ApplyStats:
         key = (str(outcome), which if isinstance(which, str) else "unknown",
                cause if isinstance(cause, str) else "none")
         self.deadlines[key] = self.deadlines.get(key, 0) + 1
+
+    def on_held_back(self, kind: str) -> None:
+        """An event of ``kind`` was not sent to one of its routes' sinks: the route's
+        ``repeat_every_s`` had sent one of that kind of the job within it (events._quiet_enough)."""
+        self.held_back[kind] = self.held_back.get(kind, 0) + 1
 
     def on_finished(self, state: str) -> None:
         """A run ended ``state`` (failed, dead; a worker's success is on_success's, a heartbeat

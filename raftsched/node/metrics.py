@@ -231,6 +231,12 @@ class _ApplyCollector:
         for (outcome, which, cause), n in sorted((known | st["deadlines"]).items()):
             dl.add_metric([outcome, which, cause], n)
         yield dl
+        held = CounterMetricFamily("raftsched_events_held_back", "events a route's repeat_every_s did not send to its "
+                                   "sink (one of that kind of the job was sent within it), by kind, as this replica "
+                                   "applied them", labels=["kind"])
+        for kind, n in sorted(st["held_back"].items()):
+            held.add_metric([kind], n)
+        yield held
         for key, name, doc in (
                 ("slot_to_start", "raftsched_slot_to_start_seconds",
                  "scheduled runs: from the slot to the first attempt's lease"),
