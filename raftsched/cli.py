@@ -593,7 +593,7 @@ def _put(a, c: Client) -> int:
     body = _read_json(a.spec_file)
     if body is None:
         return 1
-    return show(c.put_job(a.name, body))
+    return show(c.put_job(a.name, body, **({"paused": True} if a.paused else {})))
 
 
 def _put_sink(a, c: Client) -> int:
@@ -640,11 +640,14 @@ def _apply(a, c: Client) -> int:
     body = _read_json(a.file)
     if body is None:
         return 1
-    if not isinstance(body, dict) or not isinstance(body.get("jobs"), dict) or set(body) - {"jobs", "create_only"}:
-        print(f'raftsched: {a.file}: expected {{"jobs": {{"NAME": SPEC, ...}}}} (and optionally "create_only")', file=sys.stderr)
+    if not isinstance(body, dict) or not isinstance(body.get("jobs"), dict) \
+            or set(body) - {"jobs", "create_only", "paused"}:
+        print(f'raftsched: {a.file}: expected {{"jobs": {{"NAME": SPEC, ...}}}} (and optionally "create_only", '
+              '"paused")', file=sys.stderr)
         return 1
     names = list(body["jobs"])
     create_only = bool(body.get("create_only")) or a.create_only
+    paused = bool(body.get("paused")) or a.paused
     parts = job_batches(names, body["jobs"]) or [[]]
     if len(parts) > 1:
         print(f"raftsched: {len(names)} jobs: sending {len(parts)} requests (at most {limits.batch_jobs_max} jobs "
@@ -656,7 +659,7 @@ def _apply(a, c: Client) -> int:
         sent = 0
         for names_part in parts:
             part = {n: body["jobs"][n] for n in names_part}
-            res = c.put_jobs(part, create_only, idempotency_key=key)
+            res = c.put_jobs(part, create_only, idempotency_key=key, **({"paused": True} if paused else {}))
             answers.append(res if isinstance(res, dict) else {})
             sent += len(names_part)
             bar.update(sent)
@@ -674,7 +677,8 @@ def _apply(a, c: Client) -> int:
             print(f"raftsched: {failed.message}", file=sys.stderr)
         if not failed.definite:
             # (create_only is part of each command's id: the retry must say it as this one did)
-            again = ["raftsched", "apply", a.file, "--idempotency-key", key] + (["--create-only"] if create_only else [])
+            again = ["raftsched", "apply", a.file, "--idempotency-key", key] + (["--create-only"] if create_only else []) \
+                + (["--paused"] if paused else [])
             print(f"raftsched: the Idempotency-Key was {key}: {shlex.join(again)} (with the same token) sends the "
                   "same jobs again and applies each command at most once", file=sys.stderr)
         if isinstance(err, dict):
@@ -972,10 +976,15 @@ def main(argv: list[str] | None = None) -> int:
     c = client("put", "create or replace a job from a JSON spec file (- for stdin)", run=_put)
     c.add_argument("name")
     c.add_argument("spec_file")
+    c.add_argument("--paused", action="store_true",
+                   help="pause the job in the same command: created paused, it fires nothing until 'resume'")
     c = client("apply", "create or replace many jobs from a JSON file (- for stdin): "
                         '{"jobs": {"NAME": SPEC, ...}}', run=_apply)
     c.add_argument("file")
     c.add_argument("--create-only", action="store_true", help="never replace: existing jobs are reported as conflicts")
+    c.add_argument("--paused", action="store_true",
+                   help="pause every job in the same command (an import ahead of a cut-over): each fires nothing "
+                        "until 'resume'")
     c.add_argument("--idempotency-key", metavar="KEY",
                    help="the Idempotency-Key of its requests (default: a new one): to send a file again after "
                         "an unknown outcome, with the key that command printed, so that what applied is not "

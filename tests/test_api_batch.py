@@ -263,3 +263,29 @@ def test_the_event_loop_is_not_held_for_a_whole_batch(monkeypatch):
             task.cancel()
         assert ticks >= 1000 / 50
     run(t)
+
+
+def test_a_batch_and_a_put_may_pause_each_job_in_the_command_that_writes_it():
+    """A migrating user's walk: a CronJob's suspend had no equivalent at creation (a put, then a
+    pause, let a slot fire in between); an import ahead of a cut-over made every job fire at once.
+    ``"paused": true`` in a batch, ``?paused=true`` on a PUT, pause each job in its own command."""
+    async def t(env, c):
+        r = await batch(c, {"a": SPEC, "b": CRON}, raw={"jobs": {"a": SPEC, "b": CRON}, "paused": True})
+        body = await r.json()
+        assert r.status == 200 and body["paused"] is True and body["created"] == 2, body
+        assert env.state.jobs["a"]["paused"] and env.state.jobs["b"]["paused"]
+        assert all(c_.get("paused") is True for cmd in put_jobs_commands(env) for c_ in cmd["jobs"])
+        view = await (await c.get("/v1/jobs/a")).json()
+        assert view["state"]["paused"] is True and view["state"]["pause"]["reason"] == "manual", view["state"]
+        r = await c.put("/v1/jobs/one", data=json.dumps(SPEC), params={"paused": "true"})
+        body = await r.json()
+        assert r.status == 201 and body["paused"] is True and env.state.jobs["one"]["paused"], body
+        r = await c.put("/v1/jobs/two", data=json.dumps(SPEC))
+        assert r.status == 201 and "paused" not in await r.json() and not env.state.jobs["two"]["paused"]
+        for bad in ({"paused": "yes"}, {"paused": 1}):
+            r = await batch(c, {}, raw={"jobs": {"x": SPEC}, **bad})
+            e = (await r.json())["error"]
+            assert r.status == 400 and e["field"] == "paused" and "x" not in env.state.jobs, e
+        r = await c.put("/v1/jobs/x", data=json.dumps(SPEC), params={"paused": "maybe"})
+        assert r.status == 400 and (await r.json())["error"]["field"] == "paused" and "x" not in env.state.jobs
+    run(t)

@@ -343,3 +343,23 @@ def test_a_deadline_that_is_no_time_is_a_usage_error(run, capsys, value):
     """``--deadline-s -5`` ran the command (and exited 0)."""
     rc, calls = run(["jobs", "--deadline-s", value])
     assert rc == 2 and calls == [] and "--deadline-s must be a number of seconds above 0" in capsys.readouterr().err
+
+
+def test_put_and_apply_take_paused(run, tmp_path):
+    """``raftsched put NAME FILE --paused`` and ``raftsched apply FILE --paused`` (or the file's
+    ``"paused": true``) pause each job in the command that writes it; without, nothing is sent."""
+    spec = {"schedule": {"every_s": 60}, "executor": {"type": "shell", "argv": ["true"]}}
+    f = tmp_path / "j.json"
+    f.write_text(json.dumps(spec))
+    assert run(["put", "j", str(f), "--paused"]) == (0, [("put_job", ("j", spec), {"paused": True})])
+    assert run(["put", "j", str(f)]) == (0, [("put_job", ("j", spec), {})])
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps({"jobs": {"j": spec}}))
+    rc, calls = run(["apply", str(jobs), "--paused"])
+    assert rc == 0 and calls[0][0] == "put_jobs" and calls[0][2]["paused"] is True, calls
+    jobs.write_text(json.dumps({"jobs": {"j": spec}, "paused": True}))
+    rc, calls = run(["apply", str(jobs)])
+    assert rc == 0 and calls[0][2]["paused"] is True, calls
+    jobs.write_text(json.dumps({"jobs": {"j": spec}}))
+    rc, calls = run(["apply", str(jobs)])
+    assert rc == 0 and "paused" not in calls[0][2], calls

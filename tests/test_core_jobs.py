@@ -154,6 +154,37 @@ def test_a_replace_keeps_the_jobs_counters_pause_and_creation_time():
     assert job["spec"]["priority"] == 1
 
 
+def test_a_job_put_paused_fires_nothing_until_resumed_and_a_replace_paused_holds_its_runs():
+    """A migrating user's walk: a job could not be created paused (CronJob's suspend), so a put
+    then a pause let a slot fire in between. put_job ``paused`` pauses it in the same command."""
+    s = new_state(("a", EVERY10))
+    cmd = put_cmd(s, "b", EVERY10, T0)
+    cmd["paused"] = True
+    res = apply(s, cmd)
+    assert res == {"ok": True, "job": "b", "gen": 2, "created": True, "paused": True}
+    assert s.jobs["b"]["paused"] and s.pauses["b"][1] == "manual" and s._paused_count == 1
+    tick(s, T0 + 30 * SEC)
+    assert runs_of(s, "b") == [] and len(runs_of(s, "a")) == 3
+    res = apply(s, resume_cmd(s, "b", T0 + 31 * SEC))
+    assert res["ok"] and not s.jobs["b"]["paused"]
+    assert [r["state"] for r in runs_of(s, "b")] == ["skipped"]  # the slots while paused, recorded
+    tick(s, T0 + 40 * SEC)
+    assert runs_of(s, "b")[-1]["state"] == "queued"
+    assert restored(s).snapshot() == s.snapshot()
+    # A replace with paused pauses the job in the same command, and holds its runs fired ahead.
+    cmd = put_cmd(s, "a", EVERY10, T0 + 41 * SEC)
+    cmd["paused"] = True
+    assert apply(s, cmd)["paused"] is True and s.jobs["a"]["paused"] and s._paused_count == 1
+    # (paused already: nothing more, and the answer says nothing of it)
+    cmd = put_cmd(s, "a", EVERY10, T0 + 42 * SEC)
+    cmd["paused"] = True
+    assert "paused" not in apply(s, cmd)
+    for bad in (False, 1, "yes"):
+        cmd = put_cmd(s, "c", EVERY10, T0)
+        cmd["paused"] = bad
+        assert refused(s, cmd, "invalid_command")["error"]["message"] == "put_job.paused must be true or nil"
+
+
 def test_a_replace_with_another_schedule_starts_after_the_old_cursor():
     """A replace planned from a view older than the job's cursor (the job fired since) starts
     from that cursor, so that no slot of the new schedule can take the id of a run the old one

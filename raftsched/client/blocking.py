@@ -295,15 +295,15 @@ class Client(Transport):
         """``DELETE /v1/cluster/members/{addr}``: remove a node (a leader hands its leadership over)."""
         return self._send(endpoints.remove_member(addr))
 
-    def put_job(self, name: str, spec: dict, create_only: bool = False) -> dict:
-        """``PUT /v1/jobs/{name}``: create or replace a job (``create_only``: 409 if it exists)."""
-        return self._send(endpoints.put_job(name, spec, create_only))
+    def put_job(self, name: str, spec: dict, create_only: bool = False, *, paused: bool = False) -> dict:
+        """``PUT /v1/jobs/{name}``: create or replace a job (``create_only``: 409 if it exists; ``paused``: paused by the same command)."""
+        return self._send(endpoints.put_job(name, spec, create_only, paused=paused))
 
     def put_jobs(self, jobs: dict[str, dict], create_only: bool = False, *, idempotency_key: str | None = None,
-                 deadline_s: float | None = None) -> dict:
-        """``POST /v1/jobs:batch``: create or replace up to 10 000 jobs, validated whole first."""
+                 deadline_s: float | None = None, paused: bool = False) -> dict:
+        """``POST /v1/jobs:batch``: create or replace up to 10 000 jobs, validated whole first (``paused``: each paused by the same command)."""
         return self._send(endpoints.put_jobs(jobs, create_only, idempotency_key=idempotency_key,
-                                             deadline_s=deadline_s))
+                                             deadline_s=deadline_s, paused=paused))
 
     def get_job(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/jobs/{name}``: a job's spec and state."""

@@ -107,10 +107,11 @@ def remove_member(addr: str) -> Request:
 
 
 @endpoint
-def put_job(name: str, spec: dict, create_only: bool = False) -> Request:
+def put_job(name: str, spec: dict, create_only: bool = False, *, paused: bool = False) -> Request:
     """``PUT /v1/jobs/{name}``: create or replace a job; ``create_only`` sends
-    ``If-None-Match: *`` (409 if it exists)."""
-    return Request("PUT", f"/v1/jobs/{_q(name)}", body=spec,
+    ``If-None-Match: *`` (409 if it exists); ``paused``: paused by the same command (created
+    paused, it fires nothing until resumed)."""
+    return Request("PUT", f"/v1/jobs/{_q(name)}", {"paused": "true" if paused else None}, body=spec,
                    headers={"If-None-Match": "*"} if create_only else None)
 
 
@@ -130,7 +131,7 @@ def job_batches(names: list[str], specs: dict[str, dict]) -> list[list[str]]:
 
 @endpoint
 def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_key: str | None = None,
-             deadline_s: float | None = None) -> Request:
+             deadline_s: float | None = None, paused: bool = False) -> Request:
     """Create or replace up to ``limits.batch_jobs_max`` (10 000) jobs in one request,
     ``POST /v1/jobs:batch``: ``{"jobs": {name: result}, "created", "replaced", "conflicts",
     "commands"}``. A result is ``{"created", "gen", "next_slot"}``, or with ``create_only``
@@ -154,6 +155,8 @@ def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_ke
     body: dict = {"jobs": jobs}
     if create_only:
         body["create_only"] = True
+    if paused:
+        body["paused"] = True  # every job paused in the same command
     return Request("POST", "/v1/jobs:batch", body=body, idempotency_key=idempotency_key, deadline_s=deadline_s)
 
 

@@ -137,6 +137,8 @@ def check_put_job(cmd: Command, what: str) -> None:
     was = cmd.get("was")
     if was is not None and not (is_int(was) and is_int(nxt) and nxt > cursor):
         raise InvalidCommand(f"{what}.was must be an integer, with a next slot after the cursor")
+    if cmd.get("paused") is not None and cmd.get("paused") is not True:
+        raise InvalidCommand(f"{what}.paused must be true or nil")
 
 
 def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -147,7 +149,9 @@ def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     whatever the command says; one that changes only the schedule's jitter takes the command's
     (queries.rejitter_position) if the job is still where it was planned from (``was``: a
     digest of its gen, cursor and next), else it is refused as stale; with another schedule,
-    its cursor never moves back. A replace keeps the job's counters and pause.
+    its cursor never moves back. A replace keeps the job's counters and pause. With ``paused``
+    (true), the job is paused by the same command (reason ``manual``): created paused, it fires
+    nothing until a resume (a migration imports its jobs so, and cuts over with resumes).
     A replace into another tenant first gives the job's recorded slots its old tenant (runs have
     theirs already): its history stays the old tenant's. With ``claim`` (a tenant, written by a
     proposer for a token limited to tenants), the job's queue becomes that tenant's if it has
@@ -255,9 +259,18 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
     if hist is not None and len(hist) > spec["history"]:
         # A replace may lower the bound: trim now, not at the next fire.
         trim(s, hist, spec["history"], full=True)
+    paused = cmd.get("paused") is True and not job["paused"]
+    if paused:
+        # (before its deadline watch and the due index: a job made paused never fires, and is
+        # judged as paused)
+        if s.sinks:
+            emit(s, "job.paused", now, job=name, reason="manual")
+        pause(s, job, now)
     push_due(s, job)
     if "deadline" in spec or name in s.deadlines.since:
         deadlines.watch_since(s, job, now)
+    if paused:
+        return ok(job=name, gen=job["gen"], created=old is None, paused=True)
     return ok(job=name, gen=job["gen"], created=old is None)
 
 

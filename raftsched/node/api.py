@@ -539,7 +539,8 @@ async def put_job(request: web.Request) -> web.Response:
         raise BadRequest("is not taken: jobs have no entity tags (If-None-Match: * creates only)", field="If-Match")
     body = await json_body(request)
     create_only = inm is not None
-    res = await svc.put_job(name, body, rid(request), create_only=create_only, tenants=tenants_of(request))
+    res = await svc.put_job(name, body, rid(request), create_only=create_only, tenants=tenants_of(request),
+                            paused=bool_param(request, "paused"))
     return json_response(res, status=201 if res["created"] else 200)
 
 
@@ -899,6 +900,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/jobs:batch", put_jobs_batch, _W, T.CHECKED, "create or replace many jobs",
           body="jobs_batch", errors=(413, 422), response="jobs_batch_written"),
     Route("PUT", "/v1/jobs/{name}", put_job, _W, T.CHECKED, "create (201) or replace (200) a job",
+          params=(Param("paused", "boolean", "pause the job in the same command: created paused, it fires nothing "
+                                             "until resumed", default=False),),
           body="job_spec", ok=201, also_ok=(200,), errors=(409, 422), response="job_written"),
     Route("GET", "/v1/jobs/{name}", get_job, _R, T.JOB, "a job, its state and next slot", params=(STALE, CONSISTENT),
           errors=(404,), response="job"),

@@ -31,13 +31,14 @@ _TIME_WIDEST = 2**63 - 1
 _WAS_ROOM = len(msgpack.packb({"was": _TIME_WIDEST}, use_bin_type=True))
 
 
-def parse_body(body) -> tuple[dict, bool]:
-    """``{"jobs": {name: spec, ...}, "create_only": bool}`` -> (jobs, create_only). :raises BadRequest:"""
+def parse_body(body) -> tuple[dict, bool, bool]:
+    """``{"jobs": {name: spec, ...}, "create_only": bool, "paused": bool}`` -> (jobs, create_only,
+    paused). :raises BadRequest:"""
     if not isinstance(body, dict):
         raise BadRequest('send {"jobs": {"<name>": <job spec>, ...}}', field=None)
     for k in body:
-        if k not in ("jobs", "create_only"):
-            raise BadRequest("unknown field; allowed: create_only, jobs", field=str(k))
+        if k not in ("jobs", "create_only", "paused"):
+            raise BadRequest("unknown field; allowed: create_only, jobs, paused", field=str(k))
     jobs = body.get("jobs")
     if not isinstance(jobs, dict) or not jobs:
         raise BadRequest('must be a non-empty object {"<name>": <job spec>, ...}', field="jobs")
@@ -46,7 +47,10 @@ def parse_body(body) -> tuple[dict, bool]:
     create_only = body.get("create_only", False)
     if not isinstance(create_only, bool):
         raise BadRequest("must be true or false", field="create_only")
-    return jobs, create_only
+    paused = body.get("paused", False)
+    if not isinstance(paused, bool):
+        raise BadRequest("must be true or false", field="paused")
+    return jobs, create_only, paused
 
 
 async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, dict]:
@@ -73,14 +77,15 @@ async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, d
 async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
               position: Callable[[str, dict], tuple[int, int, int | None, int | None]],
               claims: dict[str, str | None] | None = None,
-              in_order: bool = False) -> tuple[list[list[dict]], list[bytes]]:
+              in_order: bool = False, paused: bool = False) -> tuple[list[list[dict]], list[bytes]]:
     """The put_jobs commands for ``specs``: their items (``chunks``) and their encodings.
     ``position(name, schedule)`` gives each job's ``(cursor, anchor, next, was)``
     (Service._position; ``was`` written only when not None); ``claims`` each
     job's put_job ``claim`` (node/tenancy.py), when it has one: it depends on the token and the
     spec only, so a retry cuts the same commands. The items go by name, or in the order of
     ``specs`` with ``in_order`` (pipelines: parents first, so that a child is checked against
-    its parent as stored when the parent's item is refused)."""
+    its parent as stored when the parent's item is refused). ``paused``: every item pauses its job
+    (jobs.put_job)."""
     step = node_limits.batch_validate_step
     chunks: list[list[dict]] = []  # put_jobs items
     hashes: list = []
@@ -98,6 +103,8 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
                 "anchor": _TIME_WIDEST, "create_only": create_only}
         if claim is not None:
             item["claim"] = claim
+        if paused:
+            item["paused"] = True
         widest = msgpack.packb(item, use_bin_type=True)
         # (a job with a schedule may need a ``was``: Service._position; the room is the same
         # whatever the state, so that a retry cuts the same commands)

@@ -247,9 +247,10 @@ class Service:
         return self.seal_with(await self.seal_key(), name, spec)
 
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False,
-                      tenants: frozenset | None = None) -> dict:
+                      tenants: frozenset | None = None, paused: bool = False) -> dict:
         """Create or replace job ``name``: the body is validated first, then held to its
-        tenant's policy and to the token's ``tenants`` (check_write), then sealed, then proposed."""
+        tenant's policy and to the token's ``tenants`` (check_write), then sealed, then proposed;
+        ``paused``: paused by the same command (created paused: it fires nothing until resumed)."""
         now = self.clock.now_ms()
         # Validated as sent (a redacted value is text that passes), its redacted values put back
         # (their stored, sealed bytes: a 422 for one that matches none of this token's jobs, as
@@ -268,7 +269,8 @@ class Service:
             cursor, anchor, nxt, was = self._position(name, spec.get("schedule"), now)
             self.check_slots_meet(name, spec, anchor, tenants)
             cmd = commands.put_job(now, rid if not attempt else f"{rid}~{attempt}", name=name, spec=spec, next=nxt,
-                                   cursor=cursor, anchor=anchor, create_only=create_only, claim=claim, was=was)
+                                   cursor=cursor, anchor=anchor, create_only=create_only, claim=claim, was=was,
+                                   paused=paused)
             seen = self.read(queries.replayed, cmd)
             attempt += 1
             if seen is not None and not seen.get("ok") and (seen.get("error") or {}).get("stale"):
@@ -281,6 +283,8 @@ class Service:
                 if not e.extra.get("stale") or fresh > node_limits.stale_replans_max:
                     raise
         out = self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
+        if paused:
+            out["paused"] = True
         warnings = self._warnings(spec, tenants)
         if warnings:
             # Accepted (a sink may be put after its jobs), but a typo would silently tell no one.
@@ -349,7 +353,7 @@ class Service:
         :raises RaftschedError: as batch.merge, when a command failed; Forbidden or Conflict
             naming the first job a check refused (nothing is proposed then).
         """
-        jobs_raw, create_only = batch.parse_body(body)
+        jobs_raw, create_only, paused = batch.parse_body(body)
         key = key or new_request_id()
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
@@ -414,7 +418,8 @@ class Service:
             specs[name] = spec
         memo: dict = {}
         chunks, datas = await batch.cut(specs, create_only, scope(key) if scope is not None else key, now,
-                                        lambda name, sched: self._position(name, sched, now, memo), claims, piped)
+                                        lambda name, sched: self._position(name, sched, now, memo), claims, piped,
+                                        paused)
 
         # A batch with pipelines goes one command at a time, in order: a chunk's parents are in
         # the state (or its own chunk) when it applies.
@@ -435,10 +440,12 @@ class Service:
                 break
             more, datas = await batch.cut(again, create_only, f"{scope(key) if scope is not None else key}~{attempt}",
                                           now, lambda name, sched: self._position(name, sched, now, memo), claims,
-                                          piped)
+                                          piped, paused)
             last = (more, await asyncio.gather(*(one(d) for d in datas), return_exceptions=True))
             chunks, results = chunks + more, results + last[1]
         out = batch.merge(jobs_raw, chunks, results, key)
+        if paused:
+            out["paused"] = True  # (every job of the batch is paused, created or replaced)
         for name, res in out["jobs"].items():
             # As a PUT says it: a route to a sink its events will not reach is accepted (a sink
             # may be put after its jobs), with a warning on that job's result.
