@@ -354,20 +354,50 @@ def test_notifications_stuck_pages_from_any_node_across_a_fail_over(tmp_path):
     the page ends once the sink was sent it."""
     series = []
     for n in (1, 2):  # one node's samples stop at 10 m (killed); the other's go on
-        ages = "0 60+60x15 0x5" if n == 2 else "0 60+60x9"
+        ages = "0 60+60x17 0x5" if n == 2 else "0 60+60x9"
         series.append(f"""      - series: 'raftsched_sink_oldest_pending_seconds{{job="raftsched",instance="n{n}",sink="ops"}}'
         values: '{ages}'""")
     _promtool_test(tmp_path, series, """      - eval_time: 14m
         alertname: NotificationsStuck
         exp_alerts: []
-      - eval_time: 16m
+      - eval_time: 18m
         alertname: NotificationsStuck
         exp_alerts:
           - exp_labels: {severity: page, sink: ops}
             exp_annotations:
-              summary: "sink ops has not been sent an event for 16m 0s"
+              summary: "sink ops has not been sent an event for 18m 0s"
               description: "raftsched sinks get ops shows behind; the leader's log says why (sink ... cannot be reached / refused). Alerts routed only to it are not reaching anyone."
-      - eval_time: 20m
+      - eval_time: 22m
         alertname: NotificationsStuck
+        exp_alerts: []
+""")
+    # A lagging replica (or a removed node still scraped) that sees an old event pending while
+    # the others have sent it does not page.
+    lag = ["""      - series: 'raftsched_sink_oldest_pending_seconds{job="raftsched",instance="n1",sink="ops"}'
+        values: '0 60+60x30'""", """      - series: 'raftsched_sink_oldest_pending_seconds{job="raftsched",instance="n2",sink="ops"}'
+        values: '0x31'"""]
+    _promtool_test(tmp_path, lag, """      - eval_time: 25m
+        alertname: NotificationsStuck
+        exp_alerts: []
+""")
+
+
+def test_notifications_dead_fires_past_a_full_dead_list(tmp_path):
+    """A review: the dead list is bounded (1 000), so its length stopped moving once full and a
+    delta() of it said nothing of the events still going dead. The rule reads a counter."""
+    series = ["""      - series: 'raftsched_sink_events_given_up_total{job="raftsched",instance="n1",sink="ops"}'
+        values: '1000x9 1005x40'"""]
+    _promtool_test(tmp_path, series, """      - eval_time: 8m
+        alertname: NotificationsDead
+        exp_alerts: []
+      - eval_time: 12m
+        alertname: NotificationsDead
+        exp_alerts:
+          - exp_labels: {severity: ticket, sink: ops}
+            exp_annotations:
+              summary: "sink ops gave up on events"
+              description: "raftsched sinks dead ops shows them with the last error; raftsched sinks requeue ops sends them again."
+      - eval_time: 45m
+        alertname: NotificationsDead
         exp_alerts: []
 """)

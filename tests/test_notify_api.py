@@ -125,6 +125,7 @@ def test_an_outage_is_waited_out_in_order_and_a_refusal_is_not(monkeypatch):
             text = generate_latest(other).decode()
             assert 'raftsched_sink_pending_events{sink="hook"} 2.0' in text, text
             assert 'raftsched_sink_dead_events{sink="hook"} 0.0' in text
+            assert 'raftsched_sink_events_given_up_total{sink="hook"} 0.0' in text
             # (an on-call walk: these appeared with their first count, which increase() cannot see)
             assert 'raftsched_event_attempts_failed_total{sink="hook"} 0.0' in text
             assert 'raftsched_events_lost_total{sink="hook"} 0.0' in text
@@ -161,6 +162,7 @@ def test_an_outage_is_waited_out_in_order_and_a_refusal_is_not(monkeypatch):
                 assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
                 await _until(lambda: len(env.state.sinks["hook"]["dead"]) == 2, "the second dead event")
                 assert 'raftsched_sink_dead_events{sink="hook"} 2.0' in generate_latest(other).decode()
+                assert 'raftsched_sink_events_given_up_total{sink="hook"} 2.0' in generate_latest(other).decode()
                 assert env.state.sinks["hook"]["dead"][1]["attempts"] == 2 and len(got) == n + 2
                 assert 'raftsched_sink_unreachable_seconds{sink="hook"} 601' in generate_latest(reg).decode()
                 # A refusal is dead after its attempts, outage_s or not.
@@ -541,7 +543,7 @@ def test_the_counters_of_a_deleted_sink_are_dropped_and_refused_attempts_are_exp
     assert set(n.delivered) == set(n.dead) == {("kept", "run.dead")}
     assert set(n.attempts_failed) == set(n.lost) == set(n._lost_at) == {"kept"}
     n.raft = type("R", (), {"read": staticmethod(lambda fn, *a: list(names) if fn.__name__ == "sink_names"
-                                                  else {"seq": 0, "held": {}, "sinks": {}} if fn.__name__ == "outbox_counts"
+                                                  else {"seq": 0, "held": {}, "sinks": {}, "given_up": {}} if fn.__name__ == "outbox_counts"
                                                   else [])})()
     n.attempts_failed["kept"] += 2
     reg = CollectorRegistry()

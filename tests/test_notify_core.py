@@ -716,3 +716,24 @@ def test_a_route_names_a_sink_as_a_sink_can_be_named():
         validate_routes([{"sink": "s" * 65}])
     assert e.value.field == "notify[0].sink" and "1-64" in e.value.message
     assert validate_routes([{"sink": "s" * 64}])[0]["sink"] == "s" * 64
+
+
+def test_a_sinks_pending_events_age_from_after_its_cursor_and_what_it_gave_up_is_counted() -> None:
+    """The gauges of every node (node/notify.py, from core.notify.outbox_counts): what a sink was
+    not sent yet, the age of the oldest after its cursor, its dead list, and a count of what it
+    gave up. A review: an event requeued an hour after it was emitted counted as an hour-old
+    pending event, and the NotificationsStuck rule paged at the requeue."""
+    from raftsched.core.notify import outbox_counts
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"]}]))
+    run_once(s, T0 + 10 * SEC, False)  # ev-1, run.dead
+    counts = outbox_counts(s)
+    assert counts["sinks"]["ops"] == [1, T0 + 10 * SEC, 0] and counts["given_up"] == {}
+    ev = s.outbox.events[0]
+    assert apply(s, commands.sink_progress(T0 + 20 * SEC, items=[
+        {"sink": "ops", "cursor": ev["seq"], "dead": [{"event": ev, "error": "HTTP 400", "attempts": 2}]}]))["ok"]
+    counts = outbox_counts(s)
+    assert counts["sinks"]["ops"] == [0, None, 1] and counts["given_up"] == {"ops": 1}
+    assert apply(s, commands.sink_requeue(T0 + 3600 * SEC, None, name="ops", events=None))["requeued"] == 1
+    assert outbox_counts(s)["sinks"]["ops"] == [1, None, 0]  # pending again, no age from 3600 s ago
+    run_once(s, T0 + 3610 * SEC, True)  # job.recovered: after the cursor, aged from its time
+    assert outbox_counts(s)["sinks"]["ops"] == [2, T0 + 3610 * SEC, 0]

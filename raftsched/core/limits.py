@@ -22,7 +22,8 @@ Units go last in names: ``command_bytes_max``, ``grace_s_default``.
 command_bytes_max = 32 * 1024
 #: Current version of the command envelope. Older versions are refused as values.
 command_version = 1
-#: Request ids remembered for idempotent retries (per cluster, FIFO eviction).
+#: Request ids remembered for idempotent retries, of each kind (clients' keys, worker tokens' keys, ids the
+#: nodes make up: records.RequestLog), cluster-wide, FIFO eviction.
 request_ids_max = 10_000
 #: Longest request id a client may send.
 request_id_chars_max = 64

@@ -397,6 +397,8 @@ def apply_sink_progress(s: SchedulerState, cmd: Command, now: int) -> Result:
             sk["redo"] = [ev for ev in sk["redo"] if ev["seq"] not in done]
         for d in it.get("dead", ()):
             sk["dead"].append({"event": d["event"], "error": d.get("error"), "attempts": d["attempts"], "at": now})
+        if it.get("dead"):
+            s.stats.on_given_up(it["sink"], len(it["dead"]))  # (the metrics' count: the list is bounded)
         if len(sk["dead"]) > limits.sink_dead_max:
             del sk["dead"][:len(sk["dead"]) - limits.sink_dead_max]
     return ok(moved=moved)
@@ -560,16 +562,22 @@ def metric_jobs(s: SchedulerState) -> list[tuple[str, Record]]:
 def outbox_counts(s: SchedulerState) -> Record:
     """The outbox's last seq (events kept since the cluster began), the events it holds by kind,
     and for each sink (``sinks``: ``name -> [pending, oldest, dead]``) the events routed to it that
-    it was not sent yet (after its cursor, and its requeued ones), the time (ms) of the oldest of
-    them (None when there is none) and its dead events: one walk of the outbox for every sink."""
+    it was not sent yet (after its cursor, and its requeued ones), the time (ms) of the oldest
+    after its cursor (None when there is none: a requeued event's time is when it was emitted,
+    maybe days before its requeue, so it is no age of the sink's delivery) and its dead events:
+    one walk of the outbox for every sink, the events by kind, then those after the lowest cursor."""
     by: dict[str, int] = {}
     cursors = {name: sk["cursor"] for name, sk in s.sinks.items()}
-    pending: dict[str, list[Any]] = {}
-    for name, sk in s.sinks.items():
-        redo = sk["redo"]
-        pending[name] = [len(redo), min((ev["at"] for ev in redo), default=None), len(sk["dead"])]
-    for ev in s.outbox.events:
-        by[ev["kind"]] = by.get(ev["kind"], 0) + 1
+    pending: dict[str, list[Any]] = {name: [len(sk["redo"]), None, len(sk["dead"])] for name, sk in s.sinks.items()}
+    events = s.outbox.events
+    for ev in events:
+        k = ev["kind"]
+        by[k] = by.get(k, 0) + 1
+    given_up = dict(s.counted.given_up)  # (this replica's count, stats.py: not the state's)
+    if not cursors or not events:
+        return {"seq": s.outbox.seq, "held": by, "sinks": pending, "given_up": given_up}
+    start = max(0, min(cursors.values()) + 1 - events[0]["seq"])
+    for ev in islice(events, start, None):
         seq = ev["seq"]
         for name in ev["to"]:
             c = cursors.get(name)
@@ -578,5 +586,5 @@ def outbox_counts(s: SchedulerState) -> Record:
                 p[0] += 1
                 if p[1] is None or ev["at"] < p[1]:
                     p[1] = ev["at"]
-    return {"seq": s.outbox.seq, "held": by, "sinks": pending}
+    return {"seq": s.outbox.seq, "held": by, "sinks": pending, "given_up": given_up}
 

@@ -10,6 +10,7 @@ counted (its log after its dump, up to the commit index it had written: ``Schedu
 - ``finished``: runs that ended, by state (``succeeded``, ``failed``, ``dead``).
 - ``deadlines``: deadlines judged ``missed`` (with the cause) or ``late`` (deadlines.py).
 - ``held_back``: events a route's ``repeat_every_s`` did not send, by kind (events.route).
+- ``given_up``: events put in a sink's dead list, by sink (notify.apply_sink_progress).
 - ``recorded``: slots that did not become runs, by ``(state, reason)`` (``skipped`` / ``coalesced``;
   ``misfire``, ``overlap``, ``queue_full``, ``paused``, ...), counted in slots (a record may stand
   for a range of them).
@@ -58,6 +59,8 @@ class ApplyStats:
         self.slot_to_completion = Buckets(SLOT_BOUNDS_MS)
         #: events a route's repeat_every_s held back (not sent to that sink), by kind
         self.held_back: dict[str, int] = {}
+        #: events given up on (put in the sink's dead list, which is bounded), by sink
+        self.given_up: dict[str, int] = {}
         #: times a worker's state may have become ``draining``: a drain applied, or a restore
         #: (which may bring drains). A node's dispatcher answers its waiting lease requests of
         #: drained workers when it moves (node/dispatch.py), not at the end of their wait.
@@ -100,6 +103,10 @@ class ApplyStats:
         """An event of ``kind`` was not sent to one of its routes' sinks: the route's
         ``repeat_every_s`` had sent one of that kind of the job within it (events._quiet_enough)."""
         self.held_back[kind] = self.held_back.get(kind, 0) + 1
+
+    def on_given_up(self, sink: str, n: int) -> None:
+        """``n`` events of ``sink`` went to its dead list (notify.apply_sink_progress)."""
+        self.given_up[sink] = self.given_up.get(sink, 0) + n
 
     def on_finished(self, state: str) -> None:
         """A run ended ``state`` (failed, dead; a worker's success is on_success's, a heartbeat

@@ -925,6 +925,13 @@ class _Collector:
         yield behind
         yield oldest
         yield dead
+        gave = CounterMetricFamily("raftsched_sink_events_given_up", "events put in a sink's dead list (refused past "
+                                   "their attempts, or past its outage_s), as this replica applied them; from the "
+                                   "first scrape for every sink, at 0 (the dead list is bounded, this is not)",
+                                   labels=["sink"])
+        for sink in sorted(counts["sinks"]):
+            gave.add_metric([sink], counts["given_up"].get(sink, 0))
+        yield gave
         h = HistogramMetricFamily("raftsched_event_delivery_seconds",
                                   "from an event's commit to a sink's acceptance (this node)")
         acc, buckets = 0, []
