@@ -142,7 +142,8 @@ def render() -> str:
     w("| `queue_one` | a run if none of the job's runs is waiting (queued), else recorded `coalesced`; runs "
       "already running do not count, so with a free worker slot runs of the job overlap as under `allow` (one "
       "waits behind them only when none is free; `forbid` or `max_concurrent` bound how many run) | untouched |")
-    w("| `replace` | a run | revoked: state `failed`, error `replaced by run ...`; its token goes stale, its worker kills it |")
+    w("| `replace` | a run | revoked: state `failed`, error `replaced by run ...`; its token goes stale, its worker kills "
+      "it; the job's `last_slot_outcome` says so (no death: docs/notifications.md, \"Health\") |")
     w("")
     w("A run waiting for a retry counts as active (queued).")
     w("")
