@@ -176,6 +176,17 @@ compared through ``RaftNode.read``."""
             assert got == expected, (addr, got, expected, node.status())
 
 
+async def started_and_counted(c: Cluster, n: int) -> str:
+    """Start every node of ``c``, then ``n`` increments of "r" through the agreed leader,
+    converged on every node. :returns: the leader."""
+    c.start_all()
+    leader = await c.agreed_leader()
+    for _ in range(n):
+        await c.nodes[leader].propose(incr("r"))
+    await c.converged({"r": n})
+    return leader
+
+
 async def incr_until_every_node_dumped(c: Cluster, leader: str, n: int) -> None:
     """``n`` increments of "r" (more than COMPACT's threshold), converged on every node, then
     wait until every node has written a full dump."""

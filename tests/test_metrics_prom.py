@@ -326,25 +326,34 @@ def test_deadline_misses_fires_for_what_a_cluster_back_from_a_long_outage_judged
 """)
 
 
+def _fires_then_ends(tmp_path, series: str, alert: str, quiet: int, fires: int, ended: int, labels: str,
+                     annotations: tuple[str, str]) -> None:
+    """``promtool test rules`` of one alert on one series (``- series`` line and its ``values``):
+    silent at minute ``quiet``, firing with ``labels`` and ``annotations`` (summary, description)
+    at ``fires``, ended at ``ended``."""
+    _promtool_test(tmp_path, [series], f"""      - eval_time: {quiet}m
+        alertname: {alert}
+        exp_alerts: []
+      - eval_time: {fires}m
+        alertname: {alert}
+        exp_alerts:
+          - exp_labels: {{{labels}}}
+            exp_annotations:
+              summary: "{annotations[0]}"
+              description: "{annotations[1]}"
+      - eval_time: {ended}m
+        alertname: {alert}
+        exp_alerts: []
+""")
+
+
 def test_dead_letter_queue_growing_fires_for_one_dead_run_and_ends(tmp_path):
     """An on-call walk: with "for: 30m" over a 30-minute delta, a single dead run (a nightly job's)
     kept the expression true for less than its "for", and the alert never fired."""
-    series = ["""      - series: 'raftsched_dlq_runs{job="raftsched",instance="n1",queue="default"}'
-        values: '0x9 1x60'"""]
-    _promtool_test(tmp_path, series, """      - eval_time: 9m
-        alertname: DeadLetterQueueGrowing
-        exp_alerts: []
-      - eval_time: 12m
-        alertname: DeadLetterQueueGrowing
-        exp_alerts:
-          - exp_labels: {severity: ticket, queue: default}
-            exp_annotations:
-              summary: "dead-letter queue default grew"
-              description: "Runs of default ended dead in the last 30 minutes: GET /v1/dlq?queue=default shows each attempt's error."
-      - eval_time: 45m
-        alertname: DeadLetterQueueGrowing
-        exp_alerts: []
-""")
+    _fires_then_ends(tmp_path, """      - series: 'raftsched_dlq_runs{job="raftsched",instance="n1",queue="default"}'
+        values: '0x9 1x60'""", "DeadLetterQueueGrowing", 9, 12, 45, "severity: ticket, queue: default",
+                     ("dead-letter queue default grew", "Runs of default ended dead in the last 30 minutes: GET "
+                      "/v1/dlq?queue=default shows each attempt's error."))
 
 
 def test_notifications_stuck_pages_from_any_node_across_a_fail_over(tmp_path):
@@ -385,19 +394,7 @@ def test_notifications_stuck_pages_from_any_node_across_a_fail_over(tmp_path):
 def test_notifications_dead_fires_past_a_full_dead_list(tmp_path):
     """A review: the dead list is bounded (1 000), so its length stopped moving once full and a
     delta() of it said nothing of the events still going dead. The rule reads a counter."""
-    series = ["""      - series: 'raftsched_sink_events_given_up_total{job="raftsched",instance="n1",sink="ops"}'
-        values: '1000x9 1005x40'"""]
-    _promtool_test(tmp_path, series, """      - eval_time: 8m
-        alertname: NotificationsDead
-        exp_alerts: []
-      - eval_time: 12m
-        alertname: NotificationsDead
-        exp_alerts:
-          - exp_labels: {severity: ticket, sink: ops}
-            exp_annotations:
-              summary: "sink ops gave up on events"
-              description: "raftsched sinks dead ops shows them with the last error; raftsched sinks requeue ops sends them again."
-      - eval_time: 45m
-        alertname: NotificationsDead
-        exp_alerts: []
-""")
+    _fires_then_ends(tmp_path, """      - series: 'raftsched_sink_events_given_up_total{job="raftsched",instance="n1",sink="ops"}'
+        values: '1000x9 1005x40'""", "NotificationsDead", 8, 12, 45, "severity: ticket, sink: ops",
+                     ("sink ops gave up on events", "raftsched sinks dead ops shows them with the last error; "
+                      "raftsched sinks requeue ops sends them again."))

@@ -21,7 +21,7 @@ from raftsched.testing.fakes import FakeRaft
 from replication_helpers import (
     COMPACT, SECRET, Cluster, FakeState, free_elsewhere, free_port, incr,
     incr_until_every_node_dumped,
-    propose_retrying, restart_all_and_count_on, run, wait_until,
+    propose_retrying, restart_all_and_count_on, run, started_and_counted, wait_until,
 )
 
 
@@ -401,11 +401,7 @@ def test_a_dump_before_stop_lets_each_node_restart_from_its_own_dump(tmp_path):
     async def main():
         c = Cluster(tmp_path)
         try:
-            c.start_all()
-            leader = await c.agreed_leader()
-            for _ in range(30):
-                await c.nodes[leader].propose(incr("r"))
-            await c.converged({"r": 30})
+            leader = await started_and_counted(c, 30)
             dumps = {a: os.path.join(d, "raft.dump") for a, d in c.dirs.items()}
             journals = {a: os.path.getsize(os.path.join(d, "raft.journal")) for a, d in c.dirs.items()}
             assert not any(os.path.exists(p) for p in dumps.values())
@@ -433,11 +429,7 @@ def test_a_node_restarted_after_a_crash_replays_what_it_had_committed_as_a_repla
     async def main():
         c = Cluster(tmp_path)
         try:
-            c.start_all()
-            leader = await c.agreed_leader()
-            for _ in range(30):
-                await c.nodes[leader].propose(incr("r"))
-            await c.converged({"r": 30})
+            leader = await started_and_counted(c, 30)
             assert all(s.replays == [] for s in c.states.values())  # a fresh start replays nothing
             commit = c.nodes[leader].status()["commit_index"]
 
