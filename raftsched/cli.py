@@ -621,6 +621,8 @@ def _merge_batches(answers: list[dict], split: bool) -> dict:
         merged["requests"] = len(answers)
     if answers and all(res.get("duplicate") for res in answers):
         merged["duplicate"] = True
+    if answers and all(res.get("paused") for res in answers):
+        merged["paused"] = True  # (every job paused in the command that wrote it)
     return merged
 
 

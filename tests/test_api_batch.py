@@ -276,10 +276,15 @@ def test_a_batch_and_a_put_may_pause_each_job_in_the_command_that_writes_it():
         assert env.state.jobs["a"]["paused"] and env.state.jobs["b"]["paused"]
         assert all(c_.get("paused") is True for cmd in put_jobs_commands(env) for c_ in cmd["jobs"])
         view = await (await c.get("/v1/jobs/a")).json()
-        assert view["state"]["paused"] is True and view["state"]["pause"]["reason"] == "manual", view["state"]
+        pause = view["state"]["pause"]
+        assert view["state"]["paused"] is True and pause["reason"] == "manual", view["state"]
+        assert pause["by"] == "bootstrap", pause  # (the token that asked, as a pause's: a re-walk)
         r = await c.put("/v1/jobs/one", data=json.dumps(SPEC), params={"paused": "true"})
         body = await r.json()
         assert r.status == 201 and body["paused"] is True and env.state.jobs["one"]["paused"], body
+        assert (await (await c.get("/v1/jobs/one")).json())["state"]["pause"]["by"] == "bootstrap"
+        r = await c.put("/v1/jobs/one", data=json.dumps(SPEC), params={"paused": "true"})
+        assert r.status == 200 and "paused" not in await r.json()  # paused already: not said (a re-walk)
         r = await c.put("/v1/jobs/two", data=json.dumps(SPEC))
         assert r.status == 201 and "paused" not in await r.json() and not env.state.jobs["two"]["paused"]
         for bad in ({"paused": "yes"}, {"paused": 1}):

@@ -357,6 +357,9 @@ def test_put_and_apply_take_paused(run, tmp_path):
     jobs.write_text(json.dumps({"jobs": {"j": spec}}))
     rc, calls = run(["apply", str(jobs), "--paused"])
     assert rc == 0 and calls[0][0] == "put_jobs" and calls[0][2]["paused"] is True, calls
+    from raftsched.cli import _merge_batches  # (the answer it prints says so: a re-walk)
+    assert _merge_batches([{"jobs": {"j": {}}, "created": 1, "paused": True}], False)["paused"] is True
+    assert "paused" not in _merge_batches([{"jobs": {"j": {}}, "created": 1}], False)
     jobs.write_text(json.dumps({"jobs": {"j": spec}, "paused": True}))
     rc, calls = run(["apply", str(jobs)])
     assert rc == 0 and calls[0][2]["paused"] is True, calls

@@ -261,6 +261,10 @@ def test_the_series_the_alert_rules_read_exist_at_zero_before_their_first_event(
     for state in ("succeeded", "failed", "dead"):
         assert sample(text, "raftsched_runs_finished_total", state=state) == 0
     assert sample(text, "raftsched_dlq_runs", queue="reports") == 0, "a queue a job names, not declared"
+    # (a re-walk: what repeat_every_s holds back had no series until its first)
+    for kind in ("deadline.missed", "slot.missed", "run.dead"):
+        assert sample(text, "raftsched_events_held_back_total", kind=kind) == 0, kind
+    assert sample(text, "raftsched_events_held_back_total", kind="worker.lost") is None  # (no route holds one back)
 
 
 def _promtool_test(tmp_path, series: list[str], tests: str) -> None:

@@ -147,12 +147,12 @@ def noop(now: int, rid: str | None = None) -> Command:
 
 def put_job(now: int, rid: str | None, *, name: str, spec: dict[str, Any], next: int | None, cursor: int | None,
             anchor: int | None, create_only: bool, claim: str | None = None,
-            was: int | None = None, paused: bool = False) -> Command:
+            was: int | None = None, paused: bool = False, by: str | None = None) -> Command:
     """``claim``: the tenant a token limited to tenants claims the job's queue for, when it has
     no owners (core/queues.py); only then is the field written. ``was``: a change of the
     jitter alone, its position planned from the job where it was (queries.position_digest,
     rejitter_position); only then is the field written. ``paused``: the job is paused by the
-    same command (jobs.put_job); only then is the field written."""
+    same command (jobs.put_job), ``by`` the token id that asked; only then are they written."""
     cmd = make("put_job", now, rid, name=name, spec=spec, next=next, cursor=cursor, anchor=anchor,
                create_only=create_only)
     if claim is not None:
@@ -161,6 +161,8 @@ def put_job(now: int, rid: str | None, *, name: str, spec: dict[str, Any], next:
         cmd["was"] = was
     if paused:
         cmd["paused"] = True
+        if by is not None:
+            cmd["by"] = by
     return cmd
 
 

@@ -139,6 +139,9 @@ def check_put_job(cmd: Command, what: str) -> None:
         raise InvalidCommand(f"{what}.was must be an integer, with a next slot after the cursor")
     if cmd.get("paused") is not None and cmd.get("paused") is not True:
         raise InvalidCommand(f"{what}.paused must be true or nil")
+    by = cmd.get("by")
+    if by is not None and not (isinstance(by, str) and len(by) <= limits.pause_by_chars_max):
+        raise InvalidCommand(f"{what}.by must be a token id or nil")
 
 
 def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -265,7 +268,7 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         # judged as paused)
         if s.sinks:
             emit(s, "job.paused", now, job=name, reason="manual")
-        pause(s, job, now)
+        pause(s, job, now, ("manual", cmd.get("by"), None))
     push_due(s, job)
     if "deadline" in spec or name in s.deadlines.since:
         deadlines.watch_since(s, job, now)

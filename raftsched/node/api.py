@@ -540,7 +540,7 @@ async def put_job(request: web.Request) -> web.Response:
     body = await json_body(request)
     create_only = inm is not None
     res = await svc.put_job(name, body, rid(request), create_only=create_only, tenants=tenants_of(request),
-                            paused=bool_param(request, "paused"))
+                            paused=bool_param(request, "paused"), by=_principal_id(request))
     return json_response(res, status=201 if res["created"] else 200)
 
 
@@ -558,7 +558,7 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         return too_large
     return json_response(await svc.put_jobs(body, client_key(request), tenants_of(request),
-                                                lambda key: scope_key(request, key)))
+                                                lambda key: scope_key(request, key), by=_principal_id(request)))
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -582,9 +582,14 @@ async def job_graph(request: web.Request) -> web.Response:
 async def pause_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     note = validate_pause(await optional_json_body(request))
-    p = request.get(PRINCIPAL)
     return json_response(await svc.pause_job(request.match_info["name"], rid(request),
-                                             by=None if p is None else p.id, note=note))
+                                             by=_principal_id(request), note=note))
+
+
+def _principal_id(request: web.Request) -> str | None:
+    """The id of the token that sent ``request`` (a pause's ``by``), or None."""
+    p = request.get(PRINCIPAL)
+    return None if p is None else p.id
 
 
 async def resume_job(request: web.Request) -> web.Response:

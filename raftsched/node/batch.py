@@ -77,7 +77,8 @@ async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, d
 async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
               position: Callable[[str, dict], tuple[int, int, int | None, int | None]],
               claims: dict[str, str | None] | None = None,
-              in_order: bool = False, paused: bool = False) -> tuple[list[list[dict]], list[bytes]]:
+              in_order: bool = False, paused: bool = False,
+              by: str | None = None) -> tuple[list[list[dict]], list[bytes]]:
     """The put_jobs commands for ``specs``: their items (``chunks``) and their encodings.
     ``position(name, schedule)`` gives each job's ``(cursor, anchor, next, was)``
     (Service._position; ``was`` written only when not None); ``claims`` each
@@ -85,7 +86,7 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
     spec only, so a retry cuts the same commands. The items go by name, or in the order of
     ``specs`` with ``in_order`` (pipelines: parents first, so that a child is checked against
     its parent as stored when the parent's item is refused). ``paused``: every item pauses its job
-    (jobs.put_job)."""
+    (jobs.put_job), ``by`` the token id that asked."""
     step = node_limits.batch_validate_step
     chunks: list[list[dict]] = []  # put_jobs items
     hashes: list = []
@@ -105,6 +106,8 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
             item["claim"] = claim
         if paused:
             item["paused"] = True
+            if by is not None:
+                item["by"] = by
         widest = msgpack.packb(item, use_bin_type=True)
         # (a job with a schedule may need a ``was``: Service._position; the room is the same
         # whatever the state, so that a retry cuts the same commands)

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from ..core import deadlines, queries
+from ..core import deadlines, events, queries
 from . import build
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -234,7 +234,10 @@ class _ApplyCollector:
         held = CounterMetricFamily("raftsched_events_held_back", "events a route's repeat_every_s did not send to its "
                                    "sink (one of that kind of the job was sent within it), by kind, as this replica "
                                    "applied them", labels=["kind"])
-        for kind, n in sorted(st["held_back"].items()):
+        # (every kind a route may hold back from the first scrape, at 0: a series that first appears
+        # at 1 has no increase())
+        for kind, n in sorted((dict.fromkeys(sorted(set(events.KINDS) - events.CLUSTER_KINDS), 0)
+                               | st["held_back"]).items()):
             held.add_metric([kind], n)
         yield held
         for key, name, doc in (

@@ -247,10 +247,11 @@ class Service:
         return self.seal_with(await self.seal_key(), name, spec)
 
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False,
-                      tenants: frozenset | None = None, paused: bool = False) -> dict:
+                      tenants: frozenset | None = None, paused: bool = False, by: str | None = None) -> dict:
         """Create or replace job ``name``: the body is validated first, then held to its
         tenant's policy and to the token's ``tenants`` (check_write), then sealed, then proposed;
-        ``paused``: paused by the same command (created paused: it fires nothing until resumed)."""
+        ``paused``: paused by the same command (created paused: it fires nothing until resumed),
+        ``by`` the token id that asked."""
         now = self.clock.now_ms()
         # Validated as sent (a redacted value is text that passes), its redacted values put back
         # (their stored, sealed bytes: a 422 for one that matches none of this token's jobs, as
@@ -270,7 +271,7 @@ class Service:
             self.check_slots_meet(name, spec, anchor, tenants)
             cmd = commands.put_job(now, rid if not attempt else f"{rid}~{attempt}", name=name, spec=spec, next=nxt,
                                    cursor=cursor, anchor=anchor, create_only=create_only, claim=claim, was=was,
-                                   paused=paused)
+                                   paused=paused, by=by)
             seen = self.read(queries.replayed, cmd)
             attempt += 1
             if seen is not None and not seen.get("ok") and (seen.get("error") or {}).get("stale"):
@@ -283,7 +284,7 @@ class Service:
                 if not e.extra.get("stale") or fresh > node_limits.stale_replans_max:
                     raise
         out = self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
-        if paused:
+        if res.get("paused"):  # (this put paused it: a job paused already is not said to be)
             out["paused"] = True
         warnings = self._warnings(spec, tenants)
         if warnings:
@@ -343,7 +344,7 @@ class Service:
         return out
 
     async def put_jobs(self, body, key: str | None, tenants: frozenset | None = None,
-                       scope=None) -> dict:
+                       scope=None, by: str | None = None) -> dict:
         """Create or replace many jobs: ``POST /v1/jobs:batch`` (node/batch.py: validate every
         job, hold each to its tenant's policy and the token's ``tenants`` as a PUT is, cut them
         into put_jobs commands with request ids derived from ``key`` (``scope(key)``: the
@@ -419,7 +420,7 @@ class Service:
         memo: dict = {}
         chunks, datas = await batch.cut(specs, create_only, scope(key) if scope is not None else key, now,
                                         lambda name, sched: self._position(name, sched, now, memo), claims, piped,
-                                        paused)
+                                        paused, by)
 
         # A batch with pipelines goes one command at a time, in order: a chunk's parents are in
         # the state (or its own chunk) when it applies.
@@ -440,7 +441,7 @@ class Service:
                 break
             more, datas = await batch.cut(again, create_only, f"{scope(key) if scope is not None else key}~{attempt}",
                                           now, lambda name, sched: self._position(name, sched, now, memo), claims,
-                                          piped, paused)
+                                          piped, paused, by)
             last = (more, await asyncio.gather(*(one(d) for d in datas), return_exceptions=True))
             chunks, results = chunks + more, results + last[1]
         out = batch.merge(jobs_raw, chunks, results, key)
