@@ -439,6 +439,10 @@ def apply_sink_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
             keep.append(d)
     sk["dead"] = keep
     sk["redo"].extend(moved)
+    if moved:
+        # When the requeued events began to wait again (their own "at" is when they were emitted):
+        # the metrics' age of what the sink was not sent yet (outbox_counts).
+        sk["requeued_at"] = now
     return ok(sink=name, requeued=len(moved))
 
 
@@ -562,13 +566,14 @@ def metric_jobs(s: SchedulerState) -> list[tuple[str, Record]]:
 def outbox_counts(s: SchedulerState) -> Record:
     """The outbox's last seq (events kept since the cluster began), the events it holds by kind,
     and for each sink (``sinks``: ``name -> [pending, oldest, dead]``) the events routed to it that
-    it was not sent yet (after its cursor, and its requeued ones), the time (ms) of the oldest
-    after its cursor (None when there is none: a requeued event's time is when it was emitted,
-    maybe days before its requeue, so it is no age of the sink's delivery) and its dead events:
-    one walk of the outbox for every sink, the events by kind, then those after the lowest cursor."""
+    it was not sent yet (after its cursor, and its requeued ones), the time (ms) the oldest of them
+    began to wait (None when none waits: a requeued event waits since its requeue, not since it
+    was emitted, maybe days before) and its dead events: one walk of the outbox for every sink,
+    the events by kind, then those after the lowest cursor."""
     by: dict[str, int] = {}
     cursors = {name: sk["cursor"] for name, sk in s.sinks.items()}
-    pending: dict[str, list[Any]] = {name: [len(sk["redo"]), None, len(sk["dead"])] for name, sk in s.sinks.items()}
+    pending: dict[str, list[Any]] = {name: [len(sk["redo"]), sk.get("requeued_at") if sk["redo"] else None,
+                                            len(sk["dead"])] for name, sk in s.sinks.items()}
     events = s.outbox.events
     for ev in events:
         k = ev["kind"]

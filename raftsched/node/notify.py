@@ -914,7 +914,7 @@ class _Collector:
                                    "yet (after its cursor, and requeued ones), from the replicated state",
                                    labels=["sink"])
         oldest = GaugeMetricFamily("raftsched_sink_oldest_pending_seconds", "how long the oldest event a sink was "
-                                   "not sent yet has waited since it was committed (0 when none waits)",
+                                   "not sent yet has waited, since its commit or its requeue (0 when none waits)",
                                    labels=["sink"])
         dead = GaugeMetricFamily("raftsched_sink_dead_events", "events in a sink's dead list (given up on, until "
                                  "requeued or the list's bound drops them), from the replicated state", labels=["sink"])
