@@ -184,7 +184,7 @@ def run_result(value: Any) -> Any:
             parts.append(part)
     except (TypeError, ValueError, RecursionError):  # not JSON, or nested too deep to encode
         return None
-    out, why = check_result(json.loads("".join(parts)))  # (too deep, or what a command cannot carry)
+    out, _ = check_result(json.loads("".join(parts)))  # (too deep, or what a command cannot carry: None)
     return out
 
 
