@@ -654,6 +654,11 @@ def _apply(a, c: Client) -> int:
     if len(parts) > 1:
         print(f"raftsched: {len(names)} jobs: sending {len(parts)} requests (at most {limits.batch_jobs_max} jobs "
               f"and {limits.batch_request_bytes_max // 2**20} MiB each); each is validated on its own", file=sys.stderr)
+    if a.dry_run:
+        return _apply_dry_run(a, c, body["jobs"], parts, create_only, paused)
+    if a.exit_code:
+        print("raftsched: --exit-code goes with --dry-run", file=sys.stderr)
+        return 2
     bar = Progress(len(names), "apply")
     answers: list[dict] = []
     failed: RaftschedError | None = None
@@ -707,6 +712,67 @@ def _apply(a, c: Client) -> int:
                   "not replaced): see their errors", file=sys.stderr)
         return 1
     return 0
+
+
+def _apply_dry_run(a, c: Client, jobs: dict, parts: list[list[str]], create_only: bool, paused: bool) -> int:
+    """``apply --dry-run``: each request with ``dry_run`` (the node checks every job as the
+    apply would and changes nothing), the answers as one: on a terminal (``-o table``) a plan, a
+    line a job created or replaced with its changed fields under it, a line a conflict, a
+    count; else the answer. Exit 1 for conflicts (as the apply would), else 2 with
+    ``--exit-code`` when anything would be created or replaced (a drift check), else 0."""
+    merged: dict = {"dry_run": True, "jobs": {}, "create": 0, "replace": 0, "unchanged": 0, "conflicts": 0}
+    bar = Progress(len(jobs), "dry run")
+    try:
+        sent = 0
+        for names_part in parts:
+            res = c.put_jobs({n: jobs[n] for n in names_part}, create_only, dry_run=True,
+                             **({"paused": True} if paused else {}))
+            res = res if isinstance(res, dict) else {}
+            merged["jobs"].update(res.get("jobs") or {})
+            for k in ("create", "replace", "unchanged", "conflicts"):
+                merged[k] += res.get(k) or 0
+            sent += len(names_part)
+            bar.update(sent)
+    finally:
+        bar.close()
+    if paused:
+        merged["paused"] = True
+    if output_format() == "table":
+        print(_plan_text(merged))
+    else:
+        show(merged)
+    if merged["conflicts"]:
+        return 1
+    return 2 if a.exit_code and (merged["create"] or merged["replace"]) else 0
+
+
+def _plan_text(plan: dict) -> str:
+    """A dry run's answer as a terminal shows it: ``+`` create, ``~`` replace (each changed field
+    under it, ``from -> to``, ``(absent)`` for a side without it), ``!`` conflict; unchanged
+    jobs only counted."""
+    def val(change: dict, side: str) -> str:
+        return json.dumps(change[side], separators=(",", ":")) if side in change else "(absent)"
+    lines = []
+    for name, res in plan["jobs"].items():
+        action = res.get("action")
+        if action == "unchanged" and not res.get("pauses"):
+            continue
+        mark = {"create": "+", "replace": "~", "conflict": "!", "unchanged": "="}.get(action, "?")
+        head = f"{mark} {action:<9} {name}"
+        if action == "conflict":
+            head += f": {(res.get('error') or {}).get('message', '')}"
+        elif res.get("next_slot"):
+            head += f"  (next slot {res['next_slot']})"
+        if res.get("pauses"):
+            head += "  [paused]"
+        lines.append(head)
+        lines.extend(f"      {ch['field']}: {val(ch, 'from')} -> {val(ch, 'to')}" for ch in res.get("changes") or ())
+        lines.extend(f"      warning: {w}" for w in res.get("warnings") or ())
+    n = len(plan["jobs"])
+    lines.append(f"{n} job{'s' if n != 1 else ''}: {plan['create']} to create, {plan['replace']} to replace, "
+                 f"{plan['unchanged']} unchanged, {plan['conflicts']} conflict{'s' if plan['conflicts'] != 1 else ''} "
+                 "(dry run: nothing changed)")
+    return "\n".join(lines)
 
 
 #: The longest ``raftsched cluster`` and ``members list`` wait for the leader's own view
@@ -991,6 +1057,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="the Idempotency-Key of its requests (default: a new one): to send a file again after "
                         "an unknown outcome, with the key that command printed, so that what applied is not "
                         "applied twice")
+    c.add_argument("--dry-run", action="store_true",
+                   help="change nothing: the nodes check every job as the apply would and say what it would do "
+                        "(create, replace with the fields that change, unchanged, conflict)")
+    c.add_argument("--exit-code", action="store_true",
+                   help="with --dry-run: exit 2 when a job would be created or replaced (a drift check), 0 when "
+                        "none would")
     c = client("pause", "pause a job", lambda a, c: c.pause(a.name, a.note))
     c.add_argument("name")
     c.add_argument("--note", help="why, in your words: kept with when and by which token, shown by 'get' until "

@@ -294,3 +294,64 @@ def test_a_batch_and_a_put_may_pause_each_job_in_the_command_that_writes_it():
         r = await c.put("/v1/jobs/x", data=json.dumps(SPEC), params={"paused": "maybe"})
         assert r.status == 400 and (await r.json())["error"]["field"] == "paused" and "x" not in env.state.jobs
     run(t)
+
+
+def test_a_dry_run_says_what_each_job_would_become_and_changes_nothing():
+    """``raftsched apply`` had no way to see what a file would change (a migration walk): a dry
+    run checks every job as the batch does and answers create, replace (with each changed field,
+    both values), unchanged or conflict, proposing nothing."""
+    async def t(env, c):
+        assert (await batch(c, {"same": AT, "moved": CRON})).status == 200
+        before = len(env.raft.proposed)
+        gens = {n: env.state.jobs[n]["gen"] for n in ("same", "moved")}
+        moved = dict(CRON, schedule={"cron": "30 4 * * *", "timezone": "Europe/Berlin"}, retry={"max_attempts": 3})
+        r = await batch(c, {}, raw={"jobs": {"new": AT, "moved": moved, "same": AT}, "dry_run": True})
+        body = await r.json()
+        assert r.status == 200, body
+        assert env.raft.proposed[before:] == [] and "new" not in env.state.jobs  # nothing proposed
+        assert {n: env.state.jobs[n]["gen"] for n in gens} == gens
+        assert list(body["jobs"]) == ["new", "moved", "same"]  # the body's order
+        assert (body["dry_run"], body["create"], body["replace"], body["unchanged"], body["conflicts"]) == \
+            (True, 1, 1, 1, 0)
+        assert body["jobs"]["new"] == {"action": "create", "next_slot": "2099-01-01T00:00:00Z"}
+        assert body["jobs"]["same"]["action"] == "unchanged" and "changes" not in body["jobs"]["same"]
+        m = body["jobs"]["moved"]
+        assert m["action"] == "replace", m
+        changes = {ch["field"]: ch for ch in m["changes"]}
+        assert changes["schedule.cron"] == {"field": "schedule.cron", "from": "17 3 * * 1-5", "to": "30 4 * * *"}
+        assert changes["retry.max_attempts"]["to"] == 3 and "retry.max_attempts" in changes
+        view = await (await c.get("/v1/jobs/moved")).json()
+        assert m["next_slot"] != view["state"]["next_slot"]  # the new schedule's next slot, not the stored one
+        # The apply itself then does what the dry run said.
+        r = await batch(c, {"new": AT, "moved": moved, "same": AT})
+        done = await r.json()
+        assert (done["created"], done["replaced"]) == (1, 2) and done["jobs"]["moved"]["next_slot"] == m["next_slot"]
+        r = await batch(c, {}, raw={"jobs": {"moved": moved}, "dry_run": True})
+        assert (await r.json())["jobs"]["moved"]["action"] == "unchanged"
+    run(t)
+
+
+def test_a_dry_run_refuses_what_the_batch_refuses_and_reports_conflicts_and_pauses():
+    async def t(env, c):
+        assert (await batch(c, {"b": AT})).status == 200
+        before = len(env.raft.proposed)
+        bad = dict(AT, misfire={"policy": "sometimes"})
+        r = await batch(c, {}, raw={"jobs": {"a": AT, "x": bad}, "dry_run": True})
+        body = await err(r, 422, "invalid", "misfire.policy")
+        assert body["error"]["job"] == "x"
+        for raw in ({"jobs": {"a": AT}, "dry_run": "yes"}, {"jobs": {"a": AT}, "dry_run": 1}):
+            await err(await batch(c, {}, raw=raw), 400, "bad_request", "dry_run")
+        r = await batch(c, {}, raw={"jobs": {"a": AT, "b": CRON}, "dry_run": True, "create_only": True,
+                                    "paused": True})
+        body = await r.json()
+        assert r.status == 200, body
+        assert body["jobs"]["b"] == {"action": "conflict",
+                                     "error": {"code": "conflict", "message": "job 'b' exists", "field": "name"}}
+        assert body["jobs"]["a"]["pauses"] is True and body["paused"] is True and body["conflicts"] == 1
+        # A job paused already is not paused again.
+        assert (await c.post("/v1/jobs/b/pause")).status == 200
+        before = len(env.raft.proposed)
+        r = await batch(c, {}, raw={"jobs": {"b": AT}, "dry_run": True, "paused": True})
+        assert "pauses" not in (await r.json())["jobs"]["b"]
+        assert env.raft.proposed[before:] == [] and "a" not in env.state.jobs
+    run(t)

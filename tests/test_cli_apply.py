@@ -162,3 +162,40 @@ def test_json_output_is_one_document_however_many_requests(node, jobs_file, toke
     n = node((422, err))
     assert _apply(n, path, token_file) == 1
     assert json.loads(capsys.readouterr().out) == err
+
+
+def _plan(**jobs):
+    counts = {"create": 0, "replace": 0, "unchanged": 0, "conflicts": 0}
+    for res in jobs.values():
+        counts["conflicts" if res["action"] == "conflict" else res["action"]] += 1
+    return 200, {"dry_run": True, "jobs": jobs, **counts}
+
+
+def test_a_dry_run_asks_the_node_and_prints_the_plan(node, jobs_file, token_file, capsys):
+    n = node(_plan(a={"action": "create", "next_slot": "2030-01-01T00:01:00Z"},
+                   b={"action": "replace", "next_slot": "2030-01-01T00:05:00Z",
+                      "changes": [{"field": "schedule.every_s", "from": 300, "to": 60},
+                                  {"field": "retry", "from": {"max_attempts": 3}}]},
+                   c={"action": "unchanged", "next_slot": None}))
+    path = jobs_file("a", "b", "c")
+    assert cli.main(["apply", path, "--url", n.url, "--token-file", token_file, "-o", "table", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    (_, _, body), = n.seen
+    assert body["dry_run"] is True and set(body["jobs"]) == {"a", "b", "c"}
+    assert "+ create    a" in out and "~ replace   b" in out and "unchanged c" not in out
+    assert "schedule.every_s: 300 -> 60" in out and 'retry: {"max_attempts":3} -> (absent)' in out
+    assert "3 jobs: 1 to create, 1 to replace, 1 unchanged, 0 conflicts (dry run: nothing changed)" in out
+    # -o json: the answer; --exit-code: 2 when something would change, 0 when nothing would.
+    assert _apply(n, path, token_file, "--dry-run", "--exit-code") == 2
+    assert json.loads(capsys.readouterr().out)["replace"] == 1
+    n.script[:] = [_plan(a={"action": "unchanged", "next_slot": None})]
+    assert _apply(n, jobs_file("a"), token_file, "--dry-run", "--exit-code") == 0
+    n.script[:] = [_plan(a={"action": "conflict", "error": {"code": "conflict", "message": "job 'a' exists"}})]
+    assert _apply(n, jobs_file("a"), token_file, "--dry-run", "--create-only") == 1
+    assert n.seen[-1][2]["create_only"] is True
+
+
+def test_exit_code_without_dry_run_is_a_usage_error(node, jobs_file, token_file, capsys):
+    n = node(_ok("a"))
+    assert _apply(n, jobs_file("a"), token_file, "--exit-code") == 2
+    assert "--exit-code goes with --dry-run" in capsys.readouterr().err and not n.seen

@@ -278,3 +278,29 @@ def test_a_run_gets_its_secrets_and_its_output_is_masked_and_kept_only_when_aske
         assert rb["output"] == "" and rb["attempts"][-1]["error"] == "exit status 3"
         assert SECRET.encode() not in json.dumps([ra, rb]).encode()
     asyncio.run(asyncio.wait_for(t(), 30))
+
+
+def test_a_dry_run_of_a_batch_compares_secrets_by_fingerprint_and_never_shows_them():
+    """``POST /v1/jobs:batch`` with ``dry_run``: the same secret in clear is unchanged (its
+    fingerprint is the stored one's), another one is a change shown as two fingerprints."""
+    async def t(state, c):
+        assert (await put(c, "s", SHELL_JOB))[0] == 201
+        stored = dict(state.jobs["s"]["spec"])
+
+        async def dry(spec):
+            r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"s": spec}, "dry_run": True}))
+            assert r.status == 200, await r.text()
+            text = await r.text()
+            assert "pw-1234" not in text and "pw-9999" not in text
+            return json.loads(text)["jobs"]["s"]
+        assert (await dry(SHELL_JOB))["action"] == "unchanged"
+        other = dict(SHELL_JOB, executor=dict(SHELL_JOB["executor"], env={"DB_PASSWORD": "pw-9999", "MODE": "x"}))
+        res = await dry(other)
+        assert res["action"] == "replace" and [ch["field"] for ch in res["changes"]] == ["executor.env.DB_PASSWORD"]
+        ch = res["changes"][0]
+        assert REDACTED_RE.fullmatch(ch["from"]) and REDACTED_RE.fullmatch(ch["to"]) and ch["from"] != ch["to"]
+        # A read's redacted value sent back is the stored secret: unchanged.
+        shown = (await (await c.get("/v1/jobs/s")).json())["spec"]
+        assert (await dry(shown))["action"] == "unchanged"
+        assert state.jobs["s"]["spec"] == stored
+    run(t)

@@ -136,3 +136,20 @@ def test_a_tenant_cannot_delete_another_tenants_runs_with_a_job_moved_to_it():
         assert (await call("POST", "/v1/jobs/own/trigger", a))[0] == 201
         assert (await call("DELETE", "/v1/jobs/own", a))[0] == 200
     run(t)
+
+
+def test_a_dry_run_shows_no_other_tenants_job():
+    """A batch's dry run answers the fields that would change, both values: for another tenant's
+    job it is refused as the batch is, so a limited token reads no spec through it."""
+    async def t(call, operator, state):
+        s, b = await call("PUT", "/v1/jobs/theirs", body=http_job("b", "qb", labels={"owner": "team-b"}))
+        assert s == 201, b
+        tok = await operator("a")
+        s, b = await call("POST", "/v1/jobs:batch", token=tok,
+                          body={"jobs": {"theirs": http_job("a", "qa")}, "dry_run": True})
+        assert s in (403, 409) and b["error"]["job"] == "theirs", b
+        assert "team-b" not in json.dumps(b) and "qb" not in json.dumps(b)
+        s, b = await call("POST", "/v1/jobs:batch", token=tok, body={"jobs": {"mine": http_job("a", "qa")},
+                                                                       "dry_run": True})
+        assert s == 200 and b["jobs"]["mine"]["action"] == "create" and "mine" not in state.jobs, b
+    run(t)

@@ -300,10 +300,10 @@ class Client(Transport):
         return self._send(endpoints.put_job(name, spec, create_only, paused=paused))
 
     def put_jobs(self, jobs: dict[str, dict], create_only: bool = False, *, idempotency_key: str | None = None,
-                 deadline_s: float | None = None, paused: bool = False) -> dict:
-        """``POST /v1/jobs:batch``: create or replace up to 10 000 jobs, validated whole first (``paused``: each paused by the same command)."""
+                 deadline_s: float | None = None, paused: bool = False, dry_run: bool = False) -> dict:
+        """``POST /v1/jobs:batch``: create or replace up to 10 000 jobs, validated whole first (``paused``: each paused by the same command; ``dry_run``: what it would do, changing nothing)."""
         return self._send(endpoints.put_jobs(jobs, create_only, idempotency_key=idempotency_key,
-                                             deadline_s=deadline_s, paused=paused))
+                                             deadline_s=deadline_s, paused=paused, dry_run=dry_run))
 
     def get_job(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/jobs/{name}``: a job's spec and state."""

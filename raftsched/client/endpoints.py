@@ -131,7 +131,7 @@ def job_batches(names: list[str], specs: dict[str, dict]) -> list[list[str]]:
 
 @endpoint
 def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_key: str | None = None,
-             deadline_s: float | None = None, paused: bool = False) -> Request:
+             deadline_s: float | None = None, paused: bool = False, dry_run: bool = False) -> Request:
     """Create or replace up to ``limits.batch_jobs_max`` (10 000) jobs in one request,
     ``POST /v1/jobs:batch``: ``{"jobs": {name: result}, "created", "replaced", "conflicts",
     "commands"}``. A result is ``{"created", "gen", "next_slot"}``, or with ``create_only``
@@ -142,6 +142,10 @@ def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_ke
     retry of the same jobs with the same key applies each of the node's commands at most
     once, so a failure part-way is finished by the retry. A batch of thousands of jobs
     can take seconds: give the client a ``timeout_s`` to match (core.BATCH_TIMEOUT_S).
+
+    ``dry_run``: change nothing; answer what the batch would do to each job, ``{"dry_run": true,
+    "jobs": {name: {"action": "create" | "replace" | "unchanged" | "conflict", "changes": [...],
+    "next_slot", ...}}, "create", "replace", "unchanged", "conflicts"}``, after the same checks.
 
     :raises ValueError: more than ``limits.batch_jobs_max`` jobs (nothing is sent).
     :raises InvalidSpec: a job is invalid; ``.extra["job"]`` and ``.field`` name the first,
@@ -157,6 +161,8 @@ def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_ke
         body["create_only"] = True
     if paused:
         body["paused"] = True  # every job paused in the same command
+    if dry_run:
+        body["dry_run"] = True
     return Request("POST", "/v1/jobs:batch", body=body, idempotency_key=idempotency_key, deadline_s=deadline_s)
 
 

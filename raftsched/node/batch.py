@@ -31,14 +31,14 @@ _TIME_WIDEST = 2**63 - 1
 _WAS_ROOM = len(msgpack.packb({"was": _TIME_WIDEST}, use_bin_type=True))
 
 
-def parse_body(body) -> tuple[dict, bool, bool]:
-    """``{"jobs": {name: spec, ...}, "create_only": bool, "paused": bool}`` -> (jobs, create_only,
-    paused). :raises BadRequest:"""
+def parse_body(body) -> tuple[dict, bool, bool, bool]:
+    """``{"jobs": {name: spec, ...}, "create_only": bool, "paused": bool, "dry_run": bool}`` ->
+    (jobs, create_only, paused, dry_run). :raises BadRequest:"""
     if not isinstance(body, dict):
         raise BadRequest('send {"jobs": {"<name>": <job spec>, ...}}', field=None)
     for k in body:
-        if k not in ("jobs", "create_only", "paused"):
-            raise BadRequest("unknown field; allowed: create_only, jobs, paused", field=str(k))
+        if k not in ("jobs", "create_only", "paused", "dry_run"):
+            raise BadRequest("unknown field; allowed: create_only, dry_run, jobs, paused", field=str(k))
     jobs = body.get("jobs")
     if not isinstance(jobs, dict) or not jobs:
         raise BadRequest('must be a non-empty object {"<name>": <job spec>, ...}', field="jobs")
@@ -50,7 +50,10 @@ def parse_body(body) -> tuple[dict, bool, bool]:
     paused = body.get("paused", False)
     if not isinstance(paused, bool):
         raise BadRequest("must be true or false", field="paused")
-    return jobs, create_only, paused
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise BadRequest("must be true or false", field="dry_run")
+    return jobs, create_only, paused, dry_run
 
 
 async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, dict]:

@@ -279,9 +279,10 @@ def _bodies() -> dict[str, Schema]:
         "jobs_batch": _obj({"jobs": {"type": "object", "minProperties": 1, "maxProperties": limits.batch_jobs_max,
                                      "propertyNames": _name(limits.job_name_chars_max),
                                      "additionalProperties": spec},
-                            "create_only": _BOOL, "paused": _BOOL}, ("jobs",),
+                            "create_only": _BOOL, "paused": _BOOL, "dry_run": _BOOL}, ("jobs",),
                            description="paused: every job is paused in the same command (created paused: it fires "
-                                       "nothing until resumed)"),
+                                       "nothing until resumed); dry_run: change nothing, answer what each job would "
+                                       "become (create, replace with its changes, unchanged, conflict)"),
         "pause": _obj({"note": _nullable(_str(1, limits.pause_note_chars_max))},
                       description="note: why, in your words; GET /v1/jobs/{name} shows it with since and by"),
         "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME),
@@ -429,9 +430,17 @@ def _more_responses() -> dict[str, Schema]:
         "fencing_raised": _open({"fencing_token": i, "raised": _BOOL}, ("fencing_token", "raised")),
         "member_changed": _open({"addr": s, "state": {"enum": ["voter", "learner", "removed"]}, "changed": _BOOL,
                                  "members": {}}, ("addr", "state", "changed")),
-        "jobs_batch_written": _open({"jobs": {"type": "object", "additionalProperties": obj}, "created": i,
-                                     "replaced": i, "conflicts": i, "commands": i},
-                                    ("jobs", "created", "replaced", "conflicts", "commands")),
+        "jobs_batch_written": {"anyOf": [
+            _open({"jobs": {"type": "object", "additionalProperties": obj}, "created": i,
+                   "replaced": i, "conflicts": i, "commands": i},
+                  ("jobs", "created", "replaced", "conflicts", "commands")),
+            _open({"dry_run": {"const": True}, "jobs": {"type": "object", "additionalProperties": _open({
+                "action": {"enum": ["create", "replace", "unchanged", "conflict"]},
+                "changes": {"type": "array", "items": _open({"field": s, "from": {}, "to": {}}, ("field",))},
+                "pauses": _BOOL, "next_slot": s_or_null}, ("action",))},
+                   "create": i, "replace": i, "unchanged": i, "conflicts": i},
+                  ("dry_run", "jobs", "create", "replace", "unchanged", "conflicts"),
+                  description="a dry run: what each job would become; nothing changed")]},
         "slots": _open({"job": s, "slots": {"type": "array", "items": slot}}, ("slots",),
                        description="the next slots, local time and offset with DST changes marked"),
         "explained": {"anyOf": [

@@ -18,7 +18,8 @@ import msgpack
 
 from ..clock import Clock
 from .walks import SingleFlight, off_loop
-from ..core import bodies, commands, deadlines, limits, model, network, pipelines, policy, preview, queries, schedule
+from ..core import (bodies, commands, deadlines, limits, model, network, pipelines, policy, preview, queries, schedule,
+                   specdiff)
 from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
 from ..core.notify_model import validate_routes
@@ -29,7 +30,7 @@ from ..proposer import Proposer
 from .reads import ReadBarrier
 from . import limits as node_limits
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
-from .views import deadline_view, job_view, lock_view, policy_view, run_view, tenant_view
+from .views import deadline_view, job_view, lock_view, policy_view, run_view, spec_view, tenant_view
 
 
 #: How many runs of one instant ``explain`` with a slot lists (GET /v1/jobs/{name}/runs?slot= lists
@@ -206,23 +207,38 @@ class Service:
 
         :raises Unavailable: this node cannot seal (no key, or not the one named): the request
             is refused rather than stored in clear; another node may take it."""
+        kid, named = self.seal_key_now()
+        if not named:
+            kid = (await self.propose(commands.reseal(self.clock.now_ms(), None, key=kid, jobs=[])))["key"]
+            self._holds(kid)
+        return kid
+
+    def seal_key_now(self) -> tuple[str, bool]:
+        """``(key id, named)``: the key :meth:`seal_key` would seal under, proposing nothing
+        (``named`` False: the state names none yet, and this node's only key would be named
+        first). :raises Unavailable: as seal_key."""
         kid = self.read(queries.seal_key)
-        ring = self.keyring
-        where = f"its key ring ({ring.directory})" if ring.directory else "its key ring"
         if kid is None:
-            ids = ring.ids()
+            ids = self.keyring.ids()
             if len(ids) != 1:
                 raise Unavailable(
-                    f"node {self.node_id} cannot seal secrets: {where} holds "
+                    f"node {self.node_id} cannot seal secrets: {self._ring_where()} holds "
                     + (f"{len(ids)} keys and the cluster names none; name one with raftsched secrets rotate-key"
                        if ids else "no key (raftsched secrets new-key; docs/operations.md, \"Key files\")"),
                     field="secrets")
-            kid = (await self.propose(commands.reseal(self.clock.now_ms(), None, key=ids[0], jobs=[])))["key"]
-        if not ring.holds(kid):
+            return ids[0], False
+        self._holds(kid)
+        return kid, True
+
+    def _ring_where(self) -> str:
+        ring = self.keyring
+        return f"its key ring ({ring.directory})" if ring.directory else "its key ring"
+
+    def _holds(self, kid: str) -> None:
+        if not self.keyring.holds(kid):
             raise Unavailable(f"node {self.node_id} cannot seal secrets: they are sealed under key {kid!r}, which "
-                              f"{where} does not hold; give it that key file, or send the request to another node",
-                              field="secrets")
-        return kid
+                              f"{self._ring_where()} does not hold; give it that key file, or send the request to "
+                              "another node", field="secrets")
 
     def seal_with(self, kid: str, name: str, spec: dict) -> dict:
         """``spec`` with its secret values in clear sealed under ``kid`` (raftsched/sealing.py).
@@ -354,8 +370,12 @@ class Service:
         :raises RaftschedError: as batch.merge, when a command failed; Forbidden or Conflict
             naming the first job a check refused (nothing is proposed then).
         """
-        jobs_raw, create_only, paused = batch.parse_body(body)
+        jobs_raw, create_only, paused, dry_run = batch.parse_body(body)
         key = key or new_request_id()
+        if dry_run:
+            # Checked against the log's view, not a lagging replica's: a diff against a follower
+            # behind it would show changes the cluster has already made.
+            await self.raft.barrier(timeout_s=self.propose_timeout_s)
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
         for name, spec in specs.items():
@@ -405,6 +425,8 @@ class Service:
             except InvalidSpec as e:
                 raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
                                   errors=[{"job": name, "field": e.field, "message": e.message}]) from None
+        if dry_run:
+            return await self._batch_dry_run(jobs_raw, specs, create_only, paused, tenants, now)
         kid = None
         for k, (name, spec) in enumerate(specs.items()):
             if k and k % node_limits.batch_validate_step == 0:
@@ -455,6 +477,66 @@ class Service:
                 if warnings:
                     res["warnings"] = warnings
         return out
+
+    async def _batch_dry_run(self, jobs_raw: dict, specs: dict[str, dict], create_only: bool, paused: bool,
+                             tenants: frozenset | None, now: int) -> dict:
+        """``POST /v1/jobs:batch`` with ``dry_run``: what the batch would do to each job, proposing
+        nothing. ``specs`` passed every check the batch makes before it seals (validation,
+        tenancy, edges, slots); the sealing is checked too (this node can seal, and each sealed
+        spec fits a command), under the key it would use, without naming one.
+
+        Each job's result: ``action`` ``create``, ``replace`` (with ``changes``: ``field``, and
+        ``from`` and ``to`` as a read shows them, each left out where the field is absent),
+        ``unchanged`` (its spec as stored), or ``conflict`` (``create_only`` and it exists, with
+        the ``error`` the batch would answer); ``pauses`` when ``paused`` would pause it; its
+        ``next_slot`` as the batch would store it; its ``warnings``."""
+        fp = self.fingerprint
+        kid = None
+        memo: dict = {}
+        out: dict[str, dict] = {}
+        counts = {"create": 0, "replace": 0, "unchanged": 0, "conflict": 0}
+        for k, name in enumerate(jobs_raw):
+            if k and k % node_limits.batch_validate_step == 0:
+                await asyncio.sleep(0)  # a yield, not a wait
+            spec = specs[name]
+            try:
+                if sealing.has_clear(spec):
+                    kid = kid or self.seal_key_now()[0]
+                    self.seal_with(kid, name, spec)  # (its size; the sealed copy is not kept)
+            except InvalidSpec as e:
+                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
+            old = self.read(queries.job, name)
+            res: dict = {}
+            if old is None:
+                res["action"] = "create"
+            elif create_only:
+                res["action"] = "conflict"
+                res["error"] = {"code": "conflict", "message": f"job {name!r} exists", "field": "name"}
+            else:
+                diff = [{"field": path, **({} if a is specdiff.ABSENT else {"from": a}),
+                         **({} if b is specdiff.ABSENT else {"to": b})}
+                        for path, a, b in specdiff.changes(spec_view(old["spec"], fp), spec_view(spec, fp))]
+                was, will = bool(old["spec"].get(LIMITED)), bool(spec.get(LIMITED))
+                if was != will:  # (docs/security.md: a limited token's job stays held to its tenant's policy)
+                    diff.append({"field": "limited", "from": was, "to": will})
+                res["action"] = "replace" if diff else "unchanged"
+                if diff:
+                    res["changes"] = diff
+            counts[res["action"]] += 1
+            if res["action"] != "conflict":
+                if paused and (old is None or not old["paused"]):
+                    res["pauses"] = True
+                res["next_slot"] = schedule.iso(self._position(name, spec.get("schedule"), now, memo)[2])
+                warnings = self._warnings(spec, tenants)
+                if warnings:
+                    res["warnings"] = warnings
+            out[name] = res
+        answer = {"dry_run": True, "jobs": out, "create": counts["create"], "replace": counts["replace"],
+                  "unchanged": counts["unchanged"], "conflicts": counts["conflict"]}
+        if paused:
+            answer["paused"] = True
+        return answer
 
     def check_edges(self, name: str, spec: dict, tenants: frozenset | None,
                     pending: dict | None = None) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from ..core import specdiff
 from .app import APP_LABEL
 
 
@@ -76,16 +77,7 @@ def owner_of(spec: Mapping[str, Any]) -> str | None:
 def diff_fields(a: Any, b: Any, prefix: str = "") -> list[str]:
     """The dotted paths at which two JSON values differ, sorted (``[""]``-free: the top level
     of two different non-objects is ``prefix`` itself)."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        out: list[str] = []
-        for k in sorted(set(a) | set(b), key=str):
-            path = f"{prefix}.{k}" if prefix else str(k)
-            if k not in a or k not in b:
-                out.append(path)
-            elif a[k] != b[k]:
-                out.extend(diff_fields(a[k], b[k], path))
-        return out
-    return [] if a == b else [prefix or "(spec)"]
+    return [path for path, _, _ in specdiff.changes(a, b, prefix)]
 
 
 def plan(app: str, declared: Mapping[str, dict], existing: Mapping[str, dict], prune: bool = False) -> Plan:
