@@ -153,3 +153,27 @@ def test_a_dry_run_shows_no_other_tenants_job():
                                                                        "dry_run": True})
         assert s == 200 and b["jobs"]["mine"]["action"] == "create" and "mine" not in state.jobs, b
     run(t)
+
+
+def test_a_tenants_operator_cannot_fill_the_clusters_jobs(monkeypatch):
+    """A batch of a limited token that would take its tenant past jobs_per_tenant_max is refused
+    whole before any command (422 limit_exceeded), and a single PUT past it by the command."""
+    from raftsched.core import limits
+    monkeypatch.setattr(limits, "jobs_per_tenant_max", 2)
+
+    async def t(call, operator, state):
+        tok = await operator("a")
+        s, b = await call("POST", "/v1/jobs:batch", token=tok,
+                          body={"jobs": {f"j{i}": http_job("a", "qa") for i in range(3)}})
+        assert s == 422 and b["error"]["code"] == "limit_exceeded" and b["error"]["field"] == "jobs", b
+        assert not state.jobs
+        s, b = await call("POST", "/v1/jobs:batch", token=tok,
+                          body={"jobs": {f"j{i}": http_job("a", "qa") for i in range(3)}, "dry_run": True})
+        assert s == 422 and b["error"]["code"] == "limit_exceeded", b
+        s, b = await call("POST", "/v1/jobs:batch", token=tok, body={"jobs": {f"j{i}": http_job("a", "qa") for i in range(2)}})
+        assert s == 200 and b["created"] == 2, b
+        s, b = await call("PUT", "/v1/jobs/j9", token=tok, body=http_job("a", "qa"))
+        assert s == 422 and b["error"]["code"] == "limit_exceeded" and b["error"]["field"] == "tenant", b
+        s, b = await call("PUT", "/v1/jobs/j9", body=http_job("a", "qa"))  # the admin's token
+        assert s == 201, b
+    run(t)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgpack
 
-from raftsched.core import commands, queries, tenants
+from raftsched.core import commands, limits, queries, tenants
 
 from core_helpers import HOUR, T0, apply, new_state, put_cmd, restored, spec_of
 from exec_helpers import TTL, acq, do, jspec, refused, trig
@@ -225,3 +225,37 @@ def test_a_put_claims_its_queue_once():
     assert queries.queue_access(s, "free", "c") == (None, {"u"})
     assert queries.queues_access(s, ["free", "q", "none"], {"d", "e"}) == {
         "free": (None, {"t"}), "q": (["t"], set()), "none": (None, set())}
+
+
+def test_a_limited_token_cannot_bring_a_tenant_past_its_share_of_the_jobs(monkeypatch):
+    """A red-team walk: a tenant's operator could fill the cluster's 2 000 000 jobs, and no other
+    tenant could then create one. Tokens limited to tenants bring a tenant to at most
+    jobs_per_tenant_max jobs (created, or moved into it); an admin's import is not held by it;
+    a replace within the tenant, or a delete, always goes; a batch past it is refused whole."""
+    from test_state_put_jobs import item, put_jobs_cmd
+    monkeypatch.setattr(limits, "jobs_per_tenant_max", 3)
+    s = new_state()
+    for i in range(3):
+        apply(s, put_cmd(s, f"a{i}", limited(jspec(tenant="t")), T0))
+    res = refused(s, put_cmd(s, "a3", limited(jspec(tenant="t")), T0), "limit_exceeded")
+    assert res["error"]["field"] == "tenant" and "'t' past 3 jobs" in res["error"]["message"], res
+    apply(s, put_cmd(s, "a0", limited(jspec(tenant="t", priority=7)), T0))  # a replace: no new job
+    assert s.jobs["a0"]["spec"]["priority"] == 7
+    apply(s, put_cmd(s, "o0", limited(jspec(tenant="other")), T0))  # another tenant has its own room
+    refused(s, put_cmd(s, "o0", limited(jspec(tenant="t")), T0), "limit_exceeded")  # moved into t
+    apply(s, put_cmd(s, "admin", jspec(tenant="t"), T0))  # an admin's put: jobs_max alone holds it
+    assert sorted(n for n, j in s.jobs.items() if j["spec"]["tenant"] == "t") == ["a0", "a1", "a2", "admin"]
+    do(s, "delete_job", T0, name="admin")
+    do(s, "delete_job", T0, name="a2")
+    apply(s, put_cmd(s, "a3", limited(jspec(tenant="t")), T0))  # room again
+    # A batch: refused whole when its limited items would take a tenant past it.
+    do(s, "delete_job", T0, name="a3")
+    cmd = put_jobs_cmd([item(s, "b0", limited(jspec(tenant="other")), T0),
+                        item(s, "b1", limited(jspec(tenant="t")), T0), item(s, "b2", limited(jspec(tenant="t")), T0)], T0)
+    res = refused(s, cmd, "limit_exceeded")
+    assert "2 new jobs would take tenant 't' past 3" in res["error"]["message"], res
+    apply(s, put_jobs_cmd([item(s, "b1", limited(jspec(tenant="t")), T0)], T0))
+    # A replica restored from a snapshot counts alike.
+    r = restored(s)
+    refused(r, put_cmd(r, "c0", limited(jspec(tenant="t")), T0), "limit_exceeded")
+    apply(r, put_cmd(r, "c0", limited(jspec(tenant="u")), T0))

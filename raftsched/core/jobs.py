@@ -180,6 +180,10 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         raise Conflict(f"job {name!r} exists", field="name")
     if old is None and len(jobs) >= limits.jobs_max:
         raise LimitExceeded(f"the cluster holds {limits.jobs_max} jobs, its limit", field="name")
+    tenant = spec["tenant"]
+    if spec.get(LIMITED) is True and (old is None or old["spec"]["tenant"] != tenant) \
+            and len(s._tenant_names.get(tenant, ())) >= limits.jobs_per_tenant_max:
+        raise LimitExceeded(tenant_full(tenant), field="tenant")
     if old is not None:
         s._trim_epoch += 1  # a replace may finish its runs (fire.trim's scan cache; state._RUNS_UNTOUCHED)
     if "after" in spec:
@@ -303,6 +307,16 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
     if len(s.jobs) + len(new) > limits.jobs_max:
         raise LimitExceeded(f"{len(new)} new jobs would exceed the cluster's limit of {limits.jobs_max}",
                             field="jobs")
+    moved: dict[str, int] = {}  # tenant -> the jobs a limited token's items bring into it
+    for item in items:
+        spec = item["spec"]
+        if spec.get(LIMITED) is True:
+            old = s.jobs.get(item["name"])
+            if old is None or old["spec"]["tenant"] != spec["tenant"]:
+                moved[spec["tenant"]] = moved.get(spec["tenant"], 0) + 1
+    for tenant in sorted(moved):
+        if len(s._tenant_names.get(tenant, ())) + moved[tenant] > limits.jobs_per_tenant_max:
+            raise LimitExceeded(tenant_full(tenant, moved[tenant]), field="jobs")
     # Parents may come later in the same batch (raftsched sync orders them first, a crontab
     # import need not): edges are checked against the state and the whole batch.
     pending = {item["name"]: item["spec"] for item in items} if any("after" in it["spec"] for it in items) else None
@@ -348,6 +362,13 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
     if invalid:  # [index, why]: as stale
         extra["invalid"] = invalid
     return ok(gen=gens, created=created, conflicts=conflicts, **extra)
+
+
+def tenant_full(tenant: str, adding: int = 1) -> str:
+    """Why a token limited to tenants may not bring ``adding`` more jobs into ``tenant``."""
+    what = "a new job" if adding == 1 else f"{adding} new jobs"
+    return (f"{what} would take tenant {tenant!r} past {limits.jobs_per_tenant_max} jobs, the most a token limited "
+            f"to tenants may bring a tenant to; delete some, or ask an admin (a token without tenants) to put it")
 
 
 def _refused_item(s: SchedulerState, pending: dict[str, Record] | None, name: str) -> None:

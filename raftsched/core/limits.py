@@ -34,6 +34,10 @@ time_ms_max = 253_370_764_800_000
 
 # Jobs ---------------------------------------------------------------------------------------
 jobs_max = 2_000_000
+#: Jobs of one tenant that tokens limited to tenants may bring it to (a job they create, or move
+#: into it): a tenant's operator cannot take all of jobs_max from the others (a red-team walk).
+#: Tokens without tenants (an admin's import) are held by jobs_max alone.
+jobs_per_tenant_max = 200_000
 job_name_chars_max = 128
 #: Encoded spec size bound (argv, payload, url together): keeps a put_job far below
 #: command_bytes_max.

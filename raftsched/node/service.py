@@ -20,7 +20,8 @@ from ..clock import Clock
 from .walks import SingleFlight, off_loop
 from ..core import (bodies, commands, deadlines, limits, model, network, pipelines, policy, preview, queries, schedule,
                    specdiff)
-from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
+from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, LimitExceeded, NotFound, Unavailable
+from ..core.jobs import tenant_full
 from ..core.model import check_name
 from ..core.notify_model import validate_routes
 from ..core.tenants import DEFAULT_POLICY, LIMITED
@@ -394,6 +395,8 @@ class Service:
             except (Forbidden, Conflict) as e:
                 raise type(e)(f"job {name!r}: {e.message}", field=e.field, job=name,
                               **{k: v for k, v in e.extra.items() if k == "tenant"}) from None
+        if tenants is not None:
+            self._check_tenant_room(specs)
         piped = any("after" in spec for spec in specs.values())
         if piped:  # pipelines: edges checked against the state and the batch, parents put first
             for name, spec in specs.items():
@@ -477,6 +480,24 @@ class Service:
                 if warnings:
                     res["warnings"] = warnings
         return out
+
+    def _check_tenant_room(self, specs: dict[str, dict]) -> None:
+        """A limited token's batch that would take a tenant past jobs_per_tenant_max is refused
+        whole, before any command (apply refuses each command that would: core/jobs.py).
+        :raises LimitExceeded:"""
+        def room(s) -> tuple[str, int] | None:
+            moved: dict[str, int] = {}
+            for name, spec in specs.items():
+                old = s.jobs.get(name)
+                if old is None or old["spec"]["tenant"] != spec["tenant"]:
+                    moved[spec["tenant"]] = moved.get(spec["tenant"], 0) + 1
+            for t in sorted(moved):
+                if len(s._tenant_names.get(t, ())) + moved[t] > limits.jobs_per_tenant_max:
+                    return t, moved[t]
+            return None
+        full = self.read(room)
+        if full is not None:
+            raise LimitExceeded(tenant_full(*full), field="jobs")
 
     async def _batch_dry_run(self, jobs_raw: dict, specs: dict[str, dict], create_only: bool, paused: bool,
                              tenants: frozenset | None, now: int) -> dict:
