@@ -1004,3 +1004,22 @@ def test_a_member_add_whose_names_resolve_slowly_is_refused_within_one_deadline(
         assert time_mod.monotonic() - t0 < 3, "one deadline for every address"
         assert "did not resolve within 0.2 s" in body["error"]["message"], body
     run(t)
+
+
+def test_a_heartbeat_job_without_a_deadline_is_accepted_with_a_warning():
+    """An on-call walk: a heartbeat job without a deadline looked healthy while nothing pinged it
+    (a slot nobody pinged is told only when closed, 16 slots later). PUT and a batch say so."""
+    hb = {"schedule": {"every_s": 60}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"}}
+
+    async def t(env, c):
+        r = await put(c, "hb", hb)
+        body = await r.json()
+        assert r.status == 201 and any(w.startswith("deadline: a heartbeat job without one") for w in body["warnings"])
+        assert "16 slots later" in body["warnings"][-1], body
+        r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"hb2": hb}}))
+        assert (await r.json())["jobs"]["hb2"]["warnings"][0].startswith("deadline:")
+        r = await put(c, "hb", dict(hb, deadline={"start_within_s": 60}))
+        assert r.status == 200 and "warnings" not in await r.json()
+        r = await put(c, "plain", SPEC)
+        assert "warnings" not in await r.json()
+    run(t)

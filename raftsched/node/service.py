@@ -312,7 +312,7 @@ class Service:
     def _warnings(self, spec: dict, tenants: frozenset | None) -> list[str]:
         """What a PUT of ``spec`` accepts but says: routes that reach no sink, a URL its runs
         may not call."""
-        return self._route_warnings(spec, tenants) + self._network_warnings(spec, tenants)
+        return self._route_warnings(spec, tenants) + self._network_warnings(spec, tenants) + _heartbeat_warnings(spec)
 
     def _network_warnings(self, spec: dict, tenants: frozenset | None) -> list[str]:
         """For a job written by a token limited to ``tenants`` (its tenant's network policy holds
@@ -1163,3 +1163,14 @@ class Service:
                 if v["id"] in why:
                     v["waiting_for"] = why[v["id"]]
         return out
+
+
+def _heartbeat_warnings(spec: dict) -> list[str]:
+    """A heartbeat job without a ``deadline``: accepted, but a slot nobody pings is told only
+    when it is closed, heartbeat_open_max slots later, and a start never finished by nothing
+    (docs/notifications.md, "Heartbeat jobs")."""
+    if spec["executor"]["type"] != "heartbeat" or "deadline" in spec:
+        return []
+    return [f"deadline: a heartbeat job without one is told of a slot nobody pinged only when it is closed, "
+            f"{limits.heartbeat_open_max} slots later, and of a start that never reports success by nothing; "
+            f"give it a deadline (for example \"deadline\": {{\"succeed_within_s\": 900}})"]
