@@ -633,6 +633,9 @@ def _apply(a, c: Client) -> int:
     command's request id is derived from the key and the command's jobs, so the same file sent
     again with the same key applies each command at most once. What it prints is one answer
     (:func:`_merge_batches`), with the node's ``error`` when a request failed."""
+    if a.exit_code and not a.dry_run:
+        print("raftsched: --exit-code goes with --dry-run", file=sys.stderr)
+        return 2
     key = a.idempotency_key
     if key is not None and not (0 < len(key) <= limits.request_id_chars_max and set(key) <= _KEY_CHARS):
         print(f"raftsched: --idempotency-key: 1-{limits.request_id_chars_max} visible ASCII characters, "
@@ -655,10 +658,11 @@ def _apply(a, c: Client) -> int:
         print(f"raftsched: {len(names)} jobs: sending {len(parts)} requests (at most {limits.batch_jobs_max} jobs "
               f"and {limits.batch_request_bytes_max // 2**20} MiB each); each is validated on its own", file=sys.stderr)
     if a.dry_run:
+        if len(parts) > 1:
+            print("raftsched: a dry run checks each request against the cluster as it is, not as the requests "
+                  "before it would leave it (a job whose `after` names a new job of an earlier request, and the "
+                  "bounds, are judged without them)", file=sys.stderr)
         return _apply_dry_run(a, c, body["jobs"], parts, create_only, paused)
-    if a.exit_code:
-        print("raftsched: --exit-code goes with --dry-run", file=sys.stderr)
-        return 2
     bar = Progress(len(names), "apply")
     answers: list[dict] = []
     failed: RaftschedError | None = None
@@ -718,8 +722,9 @@ def _apply_dry_run(a, c: Client, jobs: dict, parts: list[list[str]], create_only
     """``apply --dry-run``: each request with ``dry_run`` (the node checks every job as the
     apply would and changes nothing), the answers as one: on a terminal (``-o table``) a plan, a
     line a job created or replaced with its changed fields under it, a line a conflict, a
-    count; else the answer. Exit 1 for conflicts (as the apply would), else 2 with
-    ``--exit-code`` when anything would be created or replaced (a drift check), else 0."""
+    count; else the answer. Exit 1 for conflicts (as the apply would), else 3 with
+    ``--exit-code`` when anything would change (a job created, replaced or paused: a drift
+    check; not 2, which is a usage error's), else 0."""
     merged: dict = {"dry_run": True, "jobs": {}, "create": 0, "replace": 0, "unchanged": 0, "conflicts": 0}
     bar = Progress(len(jobs), "dry run")
     try:
@@ -731,6 +736,8 @@ def _apply_dry_run(a, c: Client, jobs: dict, parts: list[list[str]], create_only
             merged["jobs"].update(res.get("jobs") or {})
             for k in ("create", "replace", "unchanged", "conflicts"):
                 merged[k] += res.get(k) or 0
+            if res.get("values_left_out"):
+                merged["values_left_out"] = True
             sent += len(names_part)
             bar.update(sent)
     finally:
@@ -743,7 +750,13 @@ def _apply_dry_run(a, c: Client, jobs: dict, parts: list[list[str]], create_only
         show(merged)
     if merged["conflicts"]:
         return 1
-    return 2 if a.exit_code and (merged["create"] or merged["replace"]) else 0
+    changes = merged["create"] or merged["replace"] or any(r.get("pauses") for r in merged["jobs"].values())
+    return DRIFT_EXIT if a.exit_code and changes else 0
+
+
+#: ``apply --dry-run --exit-code``'s status when the file would change something (2 is argparse's,
+#: and this CLI's, for a usage error; 1 an error's).
+DRIFT_EXIT = 3
 
 
 def _plan_text(plan: dict) -> str:
@@ -751,11 +764,13 @@ def _plan_text(plan: dict) -> str:
     under it, ``from -> to``, ``(absent)`` for a side without it), ``!`` conflict; unchanged
     jobs only counted."""
     def val(change: dict, side: str) -> str:
-        return json.dumps(change[side], separators=(",", ":")) if side in change else "(absent)"
+        if side in change:
+            return json.dumps(change[side], separators=(",", ":"))
+        return f"({change[side + '_bytes']} bytes)" if side + "_bytes" in change else "(absent)"
     lines = []
     for name, res in plan["jobs"].items():
         action = res.get("action")
-        if action == "unchanged" and not res.get("pauses"):
+        if action == "unchanged" and not res.get("pauses") and not res.get("warnings"):
             continue
         mark = {"create": "+", "replace": "~", "conflict": "!", "unchanged": "="}.get(action, "?")
         head = f"{mark} {action:<9} {name}"
@@ -772,6 +787,9 @@ def _plan_text(plan: dict) -> str:
     lines.append(f"{n} job{'s' if n != 1 else ''}: {plan['create']} to create, {plan['replace']} to replace, "
                  f"{plan['unchanged']} unchanged, {plan['conflicts']} conflict{'s' if plan['conflicts'] != 1 else ''} "
                  "(dry run: nothing changed)")
+    if plan.get("values_left_out"):
+        lines.append("(the answer's values reached their bound: later ones are shown by their size; -o json has "
+                     "the same)")
     return "\n".join(lines)
 
 
@@ -1061,8 +1079,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="change nothing: the nodes check every job as the apply would and say what it would do "
                         "(create, replace with the fields that change, unchanged, conflict)")
     c.add_argument("--exit-code", action="store_true",
-                   help="with --dry-run: exit 2 when a job would be created or replaced (a drift check), 0 when "
-                        "none would")
+                   help="with --dry-run: exit 3 when a job would be created, replaced or paused (a drift check), "
+                        "0 when none would")
     c = client("pause", "pause a job", lambda a, c: c.pause(a.name, a.note))
     c.add_argument("name")
     c.add_argument("--note", help="why, in your words: kept with when and by which token, shown by 'get' until "

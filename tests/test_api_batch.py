@@ -355,3 +355,22 @@ def test_a_dry_run_refuses_what_the_batch_refuses_and_reports_conflicts_and_paus
         assert "pauses" not in (await r.json())["jobs"]["b"]
         assert env.raft.proposed[before:] == [] and "a" not in env.state.jobs
     run(t)
+
+
+def test_a_dry_runs_answer_shows_long_values_by_their_size_and_stays_bounded(monkeypatch):
+    """A review: each replace's ``from`` carried the stored value whole (payloads of 16 KB), so a
+    40 KB request of small specs was answered with 9.7 MB. A value over dry_run_value_bytes_max
+    is shown by its size, and past dry_run_values_bytes_max in one answer, every value is."""
+    async def t(env, c):
+        big = dict(AT, payload={"blob": "x" * 3000})
+        assert (await batch(c, {f"j{i}": dict(big, description=f"job number {i}") for i in range(5)})).status == 200
+        monkeypatch.setattr(node_limits, "dry_run_values_bytes_max", 40)
+        r = await batch(c, {}, raw={"jobs": {f"j{i}": AT for i in range(5)}, "dry_run": True})
+        body = await r.json()
+        assert r.status == 200 and len(await r.read()) < 3000, body
+        ch = {x["field"]: x for x in body["jobs"]["j0"]["changes"]}
+        assert ch["payload.blob"] == {"field": "payload.blob", "from_bytes": 3002}  # (the JSON string)
+        assert ch["description"] == {"field": "description", "from": "job number 0"}  # within the budget
+        assert body["values_left_out"] is True
+        assert body["jobs"]["j4"]["changes"][0].keys() <= {"field", "from_bytes", "to_bytes"}  # past it
+    run(t)

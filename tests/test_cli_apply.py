@@ -185,11 +185,22 @@ def test_a_dry_run_asks_the_node_and_prints_the_plan(node, jobs_file, token_file
     assert "+ create    a" in out and "~ replace   b" in out and "unchanged c" not in out
     assert "schedule.every_s: 300 -> 60" in out and 'retry: {"max_attempts":3} -> (absent)' in out
     assert "3 jobs: 1 to create, 1 to replace, 1 unchanged, 0 conflicts (dry run: nothing changed)" in out
-    # -o json: the answer; --exit-code: 2 when something would change, 0 when nothing would.
-    assert _apply(n, path, token_file, "--dry-run", "--exit-code") == 2
+    # -o json: the answer; --exit-code: 3 when something would change, 0 when nothing would.
+    assert _apply(n, path, token_file, "--dry-run", "--exit-code") == 3
     assert json.loads(capsys.readouterr().out)["replace"] == 1
     n.script[:] = [_plan(a={"action": "unchanged", "next_slot": None})]
     assert _apply(n, jobs_file("a"), token_file, "--dry-run", "--exit-code") == 0
+    capsys.readouterr()
+    n.script[:] = [_plan(a={"action": "unchanged", "next_slot": None, "pauses": True})]  # a pause is a change
+    assert _apply(n, jobs_file("a"), token_file, "--dry-run", "--exit-code", "--paused") == 3
+    n.script[:] = [_plan(a={"action": "unchanged", "next_slot": None, "warnings": ["deadline: a heartbeat job ..."]},
+                         b={"action": "replace", "changes": [{"field": "payload", "from_bytes": 9000, "to": 1}]})]
+    n.script[0][1]["values_left_out"] = True
+    assert cli.main(["apply", jobs_file("a", "b"), "--url", n.url, "--token-file", token_file, "-o", "table",
+                     "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "= unchanged a" in out and "warning: deadline: a heartbeat job" in out  # unchanged, but a warning
+    assert "payload: (9000 bytes) -> 1" in out and "shown by their size" in out
     n.script[:] = [_plan(a={"action": "conflict", "error": {"code": "conflict", "message": "job 'a' exists"}})]
     assert _apply(n, jobs_file("a"), token_file, "--dry-run", "--create-only") == 1
     assert n.seen[-1][2]["create_only"] is True
@@ -199,3 +210,4 @@ def test_exit_code_without_dry_run_is_a_usage_error(node, jobs_file, token_file,
     n = node(_ok("a"))
     assert _apply(n, jobs_file("a"), token_file, "--exit-code") == 2
     assert "--exit-code goes with --dry-run" in capsys.readouterr().err and not n.seen
+    assert _apply(n, "/nonexistent/jobs.json", token_file, "--exit-code") == 2  # (before the file is read)

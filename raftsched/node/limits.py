@@ -373,3 +373,10 @@ dump_on_stop_timeout_s = 60.0
 #: no parent has reported yet, past max_wait_s (core/pipelines.py unreported): bounded, so many
 #: parents cost a bounded read, the newest 64 runs of a parent a time.
 unreported_scan_per_s = 8192
+
+#: A batch's dry run shows a changed field's values (``from``, ``to``) up to this many bytes of
+#: JSON each, and up to dry_run_values_bytes_max of them in one answer; longer ones, or past
+#: that, by their size: the answer of a request of small specs replacing large stored ones stays
+#: small (a review measured a 40 KB request answered with 9.7 MB of the stored payloads).
+dry_run_value_bytes_max = 512
+dry_run_values_bytes_max = 1024 * 1024

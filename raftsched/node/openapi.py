@@ -436,9 +436,10 @@ def _more_responses() -> dict[str, Schema]:
                   ("jobs", "created", "replaced", "conflicts", "commands")),
             _open({"dry_run": {"const": True}, "jobs": {"type": "object", "additionalProperties": _open({
                 "action": {"enum": ["create", "replace", "unchanged", "conflict"]},
-                "changes": {"type": "array", "items": _open({"field": s, "from": {}, "to": {}}, ("field",))},
+                "changes": {"type": "array", "items": _open({"field": s, "from": {}, "to": {}, "from_bytes": i,
+                                                             "to_bytes": i}, ("field",))},
                 "pauses": _BOOL, "next_slot": s_or_null}, ("action",))},
-                   "create": i, "replace": i, "unchanged": i, "conflicts": i},
+                   "create": i, "replace": i, "unchanged": i, "conflicts": i, "values_left_out": _BOOL},
                   ("dry_run", "jobs", "create", "replace", "unchanged", "conflicts"),
                   description="a dry run: what each job would become; nothing changed")]},
         "slots": _open({"job": s, "slots": {"type": "array", "items": slot}}, ("slots",),

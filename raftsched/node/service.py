@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import ipaddress
 import uuid
 from urllib.parse import urlsplit
@@ -375,8 +376,9 @@ class Service:
         key = key or new_request_id()
         if dry_run:
             # Checked against the log's view, not a lagging replica's: a diff against a follower
-            # behind it would show changes the cluster has already made.
-            await self.raft.barrier(timeout_s=self.propose_timeout_s)
+            # behind it would show changes the cluster has already made. (A read's barrier: a 503
+            # when it cannot be had, never a 504, since nothing is proposed.)
+            await self.read_barrier()
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
         for name, spec in specs.items():
@@ -516,6 +518,7 @@ class Service:
         memo: dict = {}
         out: dict[str, dict] = {}
         counts = {"create": 0, "replace": 0, "unchanged": 0, "conflict": 0}
+        budget = [node_limits.dry_run_values_bytes_max]  # the values the answer still shows
         for k, name in enumerate(jobs_raw):
             if k and k % node_limits.batch_validate_step == 0:
                 await asyncio.sleep(0)  # a yield, not a wait
@@ -535,8 +538,7 @@ class Service:
                 res["action"] = "conflict"
                 res["error"] = {"code": "conflict", "message": f"job {name!r} exists", "field": "name"}
             else:
-                diff = [{"field": path, **({} if a is specdiff.ABSENT else {"from": a}),
-                         **({} if b is specdiff.ABSENT else {"to": b})}
+                diff = [_change(path, a, b, budget)
                         for path, a, b in specdiff.changes(spec_view(old["spec"], fp), spec_view(spec, fp))]
                 was, will = bool(old["spec"].get(LIMITED)), bool(spec.get(LIMITED))
                 if was != will:  # (docs/security.md: a limited token's job stays held to its tenant's policy)
@@ -555,6 +557,8 @@ class Service:
             out[name] = res
         answer = {"dry_run": True, "jobs": out, "create": counts["create"], "replace": counts["replace"],
                   "unchanged": counts["unchanged"], "conflicts": counts["conflict"]}
+        if budget[0] < 0:
+            answer["values_left_out"] = True
         if paused:
             answer["paused"] = True
         return answer
@@ -1174,3 +1178,24 @@ def _heartbeat_warnings(spec: dict) -> list[str]:
     return [f"deadline: a heartbeat job without one is told of a slot nobody pinged only when it is closed, "
             f"{limits.heartbeat_open_max} slots later, and of a start that never reports success by nothing; "
             f"give it a deadline (for example \"deadline\": {{\"succeed_within_s\": 900}})"]
+
+
+def _change(path: str, a, b, budget: list[int]) -> dict:
+    """One field of a dry run's ``changes``: ``from`` and ``to`` as a read shows them, a side
+    whose field is absent left out. A value longer than dry_run_value_bytes_max encoded (a
+    payload, an argv) is shown by its size (``from_bytes``, ``to_bytes``), and once the answer has
+    shown dry_run_values_bytes_max of values, none more (``budget``, below 0 then): the answer
+    stays near the size of its request, whatever the stored specs hold."""
+    out: dict = {"field": path}
+    for side, v in (("from", a), ("to", b)):
+        if v is specdiff.ABSENT:
+            continue
+        n = len(json.dumps(v, separators=(",", ":")))
+        if n > node_limits.dry_run_value_bytes_max or budget[0] - n < 0:
+            out[side + "_bytes"] = n
+            if n <= node_limits.dry_run_value_bytes_max:
+                budget[0] = -1  # (a value left out for the budget: the answer says so)
+        else:
+            out[side] = v
+            budget[0] -= n
+    return out
