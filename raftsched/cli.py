@@ -448,6 +448,13 @@ def cmd_worker(args) -> int:
         cfg.executor_lookup = app_executors
         cfg.dedicated = [APP_LABEL]
         cfg.describe = app_executors.describe()
+        cfg.targets = app_executors.targets()
+        if cfg.targets is None:
+            logging.getLogger("raftsched.sdk.worker").warning(
+                "app %r has more than %d handlers, or one whose target is longer than %d characters: this worker "
+                "does not say which it has, and takes any run of the app (one of a job this version does not "
+                "declare fails on it)", app_executors.app.name, limits.worker_targets_max,
+                limits.worker_target_chars_max)
         for name in app_executors.unplaced():
             logging.getLogger("raftsched.sdk.worker").warning(
                 "job %r is declared with placement=None: this worker never takes its runs (other workers may)", name)

@@ -1108,3 +1108,34 @@ def test_a_worker_token_limited_to_tenants_cannot_take_the_id_of_a_worker_of_oth
         again = bearer((await worker_token(c, tenants=["billing"]))["token"])
         await post(c, path("bill-w", "lease"), lease_body(wait_s=0), status=403, headers=again)  # now of both
     run(t)
+
+
+def test_a_worker_that_says_its_handlers_is_granted_only_their_runs_and_a_long_poll_waits_past_others():
+    """A rolling deploy (docs/sdk.md, "Versions"): a worker of the app's older version says the
+    targets it has handlers for, and a run of a job only the newer version declares waits for a
+    worker that has it instead of failing on the old one. Its long poll is not woken for it."""
+    old, new = "app.jobs:run", "app.jobs:weekly"
+
+    async def t(env, c):
+        for field, bad in (("targets", []), ("targets", ["no colon"]), ("targets", "app.jobs:run")):
+            r = await c.post(path("w1", "lease"), data=json.dumps(lease_body(targets=bad)), headers=AUTH)
+            assert r.status == 422 and (await r.json())["error"]["field"] == field, await r.text()
+        await put_job(env, "old", dict(SPEC, executor={"type": "python", "target": old}))
+        await put_job(env, "new", dict(SPEC, executor={"type": "python", "target": new}))
+        rid_new = await trigger(env, "new")
+        rid_old = await trigger(env, "old")
+        got = await lease(c, "old/1", targets=[old], wait_s=0.3)
+        assert [g["id"] for g in got["runs"]] == [rid_old] and env.state.workers["old/1"]["targets"] == [old]
+        acquires = len(env.ops("acquire"))
+        got = await lease(c, "old/1", targets=[old], wait_s=0.3)
+        # Not woken for the new job's run (at most the dispatcher's look past its scan, once a second).
+        assert got["runs"] == [] and len(env.ops("acquire")) - acquires <= 1
+        assert env.state.runs[rid_new]["state"] == "queued"
+        r = await c.get("/v1/runs/" + urllib.parse.quote(rid_new, safe=""), headers=AUTH)
+        assert (await r.json()).get("waiting_for", "").startswith("no worker has a handler"), await r.text()
+        got = await lease(c, "new/1", targets=[old, new], wait_s=0.3)
+        assert [g["id"] for g in got["runs"]] == [rid_new]
+        # A hello without them again: any target (it may now take anything).
+        await lease(c, "old/1", wait_s=0)
+        assert "targets" not in env.state.workers["old/1"]
+    run(t)

@@ -277,7 +277,7 @@ def test_ready_scan_passes_over_its_skip_and_says_whether_it_read_only_takeable_
         for k in range(n):
             trig(s, name, T0 + k)
     labels = {"zone": "a"}
-    got, clean = queries.ready_scan(s, None, labels, None, T0 + 100, scan_max, limit, (), None, skip)
+    got, clean = queries.ready_scan(s, None, labels, None, T0 + 100, scan_max, limit, (), None, None, skip)
     assert queries.ready_scan(s, None, labels, None, T0 + 100, scan_max, limit)[0] \
         == queries.ready_count(s, None, labels, None, T0 + 100, scan_max, limit)
     order = [rid for _, b in next(iter(s._queued["default"].values())).ready_buckets(T0 + 100)

@@ -89,8 +89,12 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             return {"ok": True, "runs": [], "draining": True}
         labels = w["labels"]
         dedicated = w.get("dedicated", ())  # (a record holds the key only when it is not empty)
+        # The python targets it has handlers for (workers.TARGETS), or None: any. A run of
+        # another executor type has no target: _NO_TARGET, which the set holds, passes.
+        has = w.get("targets")
+        targets = None if has is None else frozenset(has).union((_NO_TARGET,))
     else:
-        labels, dedicated = _NO_LABELS, ()
+        labels, dedicated, targets = _NO_LABELS, (), None
     queued = s._queued
     names = sorted(set(queues)) if queues is not None else sorted(queued)
     held_back: list[tuple[ReadyIndex, tuple[int, str]]] = []
@@ -158,6 +162,10 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                         spec = job["spec"]
                         if types is not None and spec["executor"]["type"] not in types:
                             held_back.append((h, (due, rid)))  # another worker runs this executor type
+                            held.add(rid)
+                            continue
+                        if targets is not None and spec["executor"].get("target", _NO_TARGET) not in targets:
+                            held_back.append((h, (due, rid)))  # a worker with its handler takes it
                             held.add(rid)
                             continue
                         if policed or LIMITED in spec:
@@ -242,6 +250,10 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 held_back.append((best_h, entry))  # another node runs this executor type
                 held.add(entry[1])
                 continue
+        if targets is not None and job is not None and job["spec"]["executor"].get("target", _NO_TARGET) not in targets:
+            held_back.append((best_h, entry))  # a worker with its handler takes it
+            held.add(entry[1])
+            continue
         if only is not None and run["tenant"] not in only:
             held_back.append((best_h, entry))  # I23: a worker of its tenant takes it
             held.add(entry[1])
@@ -307,6 +319,9 @@ def _refuse(s: SchedulerState, run: Record, why: str, now: int) -> None:
 
 #: the labels of an unregistered worker (never changed)
 _NO_LABELS: dict[str, str] = {}
+#: The target of a run whose executor has none (not python), for a worker's targets (apply_acquire):
+#: no python target is empty (model.TARGET_RE).
+_NO_TARGET = ""
 #: the spec a grant reads when its run's job is gone (never changed)
 _NO_SPEC: Record = {}
 

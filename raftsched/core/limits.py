@@ -376,6 +376,13 @@ worker_label_chars_max = 63
 worker_queues_max = 64
 #: Longest version string, and process instance id, a worker reports of itself.
 worker_version_chars_max = 64
+#: Python targets (``module:function``) a worker may say it has handlers for (the fact
+#: ``targets``: ``raftsched worker --app``), and the longest one: an app of more handlers says none,
+#: and its worker takes every run of the app (refusing those it has no handler for).
+worker_targets_max = 128
+worker_target_chars_max = 120
+assert (worker_targets_max * (worker_target_chars_max + 2) + worker_labels_max * 2 * (worker_label_chars_max + 2)
+        + 64 * (64 + 2) + 2048 < 32 * 1024)  # a hello fits a command (token_tenants_max of tenants)
 #: A worker unseen this long (no hello, lease, heartbeat, completion or release of its own reached
 #: the state, and no node reported it connected in a workers_seen) is gone: read time against its
 #: last_seen, in state time. Nodes report their connected workers every few seconds

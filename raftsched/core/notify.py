@@ -454,15 +454,19 @@ def apply_note_unplaceable(s: SchedulerState, cmd: Command, now: int) -> Result:
     ids = cmd.get("runs")
     if not (isinstance(ids, list) and len(ids) <= limits.unplaceable_runs_max and all(isinstance(x, str) for x in ids)):
         raise InvalidCommand("note_unplaceable needs a bounded list of run ids")
+    from .worker_queries import NO_WORKER_MATCHES, waiting_for_many  # (it imports the leases, which import this)
     told = 0
+    why: dict[str, str] | None = None
     for rid in ids:
         run = s.runs.get(rid)
         if run is None or run["state"] != "queued" or run.get("unplaceable_at") is not None:
             continue
         run["unplaceable_at"] = now
         told += 1
+        if why is None:  # (from the registry at the command's time: alike on every replica)
+            why = waiting_for_many(s, ids, now)
         emit_for(s, "run.unplaceable", now, of_backfill(run), job=run["job"], tenant=run.get("tenant"),
-                 slot=run["slot"], run_id=rid, attempt=run["attempt"], reason="no worker matches its placement",
+                 slot=run["slot"], run_id=rid, attempt=run["attempt"], reason=why.get(rid, NO_WORKER_MATCHES),
                  queue=run["queue"], waited_ms=now - run["fired_at"])
     return ok(told=told)
 

@@ -11,15 +11,15 @@ from . import limits
 from .ready import Buckets, entries_of
 from .placement import placement_ok
 from .records import Record
-from .workers import DEDICATED, FACTS, TENANTS, is_gone
+from .workers import DEDICATED, FACTS, TARGETS, TENANTS, is_gone
 
 if TYPE_CHECKING:
     from .state import SchedulerState
 
 #: A worker that could take a run now, as _live_workers sees it: (queues or None, labels,
-#: executors, dedicated label names, tenants or None).
+#: executors, dedicated label names, tenants or None, python targets or None).
 LiveWorker: TypeAlias = tuple[frozenset[str] | None, dict[str, str], frozenset[str], Collection[str],
-                              frozenset[str] | None]
+                              frozenset[str] | None, frozenset[str] | None]
 
 
 # Whether a worker is gone is judged here, at read time, from its last_seen (state time) and the
@@ -42,6 +42,7 @@ def _worker_view(wid: str, w: Record, now_ms: int, held: int) -> dict[str, Any]:
     out["labels"] = dict(w["labels"])
     out["dedicated"] = list(w.get(DEDICATED, ()))
     out[TENANTS] = list(w[TENANTS]) if TENANTS in w else None
+    out[TARGETS] = list(w[TARGETS]) if TARGETS in w else None
     out["executors"] = list(w["executors"])
     out["queues"] = None if w["queues"] is None else list(w["queues"])
     out["status"] = "gone" if out["gone"] else w["state"]
@@ -88,6 +89,7 @@ def worker_record(s: SchedulerState, wid: str) -> dict[str, Any] | None:
     out["labels"] = dict(w["labels"])
     out[DEDICATED] = list(w.get(DEDICATED, ()))
     out[TENANTS] = list(w[TENANTS]) if TENANTS in w else None
+    out[TARGETS] = list(w[TARGETS]) if TARGETS in w else None
     out["state"] = w["state"]
     return out
 
@@ -101,24 +103,38 @@ def workers_to_forget(s: SchedulerState, now_ms: int, limit: int) -> list[list[A
 
 
 def _live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
-    """(queues or None, labels, executors, dedicated, tenants or None) of every worker that could
-    take a run now: active, not gone, with a slot."""
+    """(queues or None, labels, executors, dedicated, tenants or None, targets or None) of every
+    worker that could take a run now: active, not gone, with a slot."""
     return [(None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]),
-             w.get(DEDICATED, ()), frozenset(w[TENANTS]) if TENANTS in w else None)
+             w.get(DEDICATED, ()), frozenset(w[TENANTS]) if TENANTS in w else None,
+             frozenset(w[TARGETS]) if TARGETS in w else None)
             for w in s.workers.values() if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
 
 
-def _placeable(live: list[LiveWorker], queue: str, spec: Record, tenant: str) -> bool:
+def _placeable(live: list[LiveWorker], queue: str, spec: Record, tenant: str, handlers: bool = True) -> bool:
+    """Whether some live worker may take a run of ``spec`` in ``queue`` of ``tenant``; with
+    ``handlers`` False, whatever the python targets the workers have handlers for."""
     t = spec["executor"]["type"]
+    target = spec["executor"].get("target")
     return any((qs is None or queue in qs) and t in ex and (ts is None or tenant in ts)
+               and (tg is None or target is None or target in tg or not handlers)
                and placement_ok(spec, labels, ded)
-               for qs, labels, ex, ded, ts in live)
+               for qs, labels, ex, ded, ts, tg in live)
 
 
 def _restricted(live: list[LiveWorker]) -> bool:
     """Whether some live worker takes only some runs without placement: one dedicated to its
-    labels, or one limited to tenants."""
-    return any(ded or ts is not None for _q, _l, _e, ded, ts in live)
+    labels, one limited to tenants, or one that has handlers for some python targets only."""
+    return any(ded or ts is not None or tg is not None for _q, _l, _e, ded, ts, tg in live)
+
+
+def _why_waiting(live: list[LiveWorker], queue: str, spec: Record, tenant: str) -> str | None:
+    """What ``waiting_for`` says of a run no live worker may take, None when one may."""
+    if _placeable(live, queue, spec, tenant):
+        return None
+    if spec["executor"].get("target") is not None and _placeable(live, queue, spec, tenant, handlers=False):
+        return NO_HANDLER
+    return NO_WORKER_MATCHES
 
 
 def _judged(spec: Record, live: list[LiveWorker]) -> bool:
@@ -180,7 +196,7 @@ def unplaceable_walk(inputs: UnplaceableInputs) -> dict[str, int]:
     out: dict[str, int] = {}
     # (queue, id of the placement, executor type, tenant) -> (fits, the placement): holding the
     # placement keeps its id from being reused by another while the walk runs beside applies
-    memo: dict[tuple[str, int, str, str], tuple[bool, Any]] = {}
+    memo: dict[tuple[str, int, str, str, str | None], tuple[bool, Any]] = {}
     seen_in: dict[str, set[str]] = {}
     for q, p, h in heaps:
         seen = seen_in.setdefault(q, set())
@@ -195,7 +211,7 @@ def unplaceable_walk(inputs: UnplaceableInputs) -> dict[str, int]:
                 continue
             spec = job["spec"]
             placement = spec.get("placement")
-            key = (q, id(placement), spec["executor"]["type"], r["tenant"])
+            key = (q, id(placement), spec["executor"]["type"], r["tenant"], spec["executor"].get("target"))
             known = memo.get(key)
             if known is None:
                 known = memo[key] = (_placeable(live, q, spec, r["tenant"]), placement)
@@ -226,13 +242,16 @@ def waiting_for(s: SchedulerState, run_id: str, now_ms: int) -> str | None:
     if job is None:
         return None
     live = _live_workers(s, now_ms)
-    if not _judged(job["spec"], live) or _placeable(live, r["queue"], job["spec"], r["tenant"]):
+    if not _judged(job["spec"], live):
         return None
-    return NO_WORKER_MATCHES
+    return _why_waiting(live, r["queue"], job["spec"], r["tenant"])
 
 
 #: what ``waiting_for`` says of a run no live worker may take for its placement
 NO_WORKER_MATCHES = "no worker matches its placement"
+#: ... and of a python run that a live worker would take, but for its handlers (workers.TARGETS):
+#: every worker that may take it runs a version of its app without the job's target
+NO_HANDLER = "no worker has a handler for its target (the workers of its app run a version without it)"
 
 
 def live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
@@ -263,11 +282,13 @@ def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int,
         spec = job["spec"]
         if not _judged(spec, live):
             continue
-        key = (r["queue"], id(spec.get("placement")), spec["executor"]["type"], r["tenant"])
+        key = (r["queue"], id(spec.get("placement")), spec["executor"]["type"], r["tenant"],
+               spec["executor"].get("target"))
         if key not in memo:
-            memo[key] = _placeable(live, r["queue"], spec, r["tenant"])
-        if not memo[key]:
-            out[rid] = NO_WORKER_MATCHES
+            memo[key] = _why_waiting(live, r["queue"], spec, r["tenant"])
+        why = memo[key]
+        if why is not None:
+            out[rid] = why
     return out
 
 
@@ -286,16 +307,16 @@ def fleet_gauges(s: SchedulerState, now_ms: int) -> dict[str, Any]:
 
 def ready_for(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,
               now_ms: int, scan_max: int, dedicated: Collection[str] = (),
-              tenants: frozenset[str] | None = None) -> bool:
+              tenants: frozenset[str] | None = None, targets: frozenset[str] | None = None) -> bool:
     """Whether an acquire by a worker of ``labels`` (``dedicated`` to some of them) and executor
     ``types`` (None: every type) serving ``queues`` (None: every queue) would hand something out
     now (``ready_count``)."""
-    return ready_count(s, queues, labels, types, now_ms, scan_max, 1, dedicated, tenants) > 0
+    return ready_count(s, queues, labels, types, now_ms, scan_max, 1, dedicated, tenants, targets) > 0
 
 
 def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,
                 now_ms: int, scan_max: int, limit: int, dedicated: Collection[str] = (),
-                tenants: frozenset[str] | None = None) -> int:
+                tenants: frozenset[str] | None = None, targets: frozenset[str] | None = None) -> int:
     """How many runs (up to ``limit``) an acquire by a worker of ``labels`` (``dedicated`` to
     some of them), executor ``types`` (None: every type) and ``tenants`` (None: every tenant)
     serving ``queues`` (None: every queue) could hand out now: a
@@ -304,12 +325,13 @@ def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, s
     acquire turns out not to hand out (another node's worker took it first, or its tenant's tokens
     were counted once for several of its runs), and miss one beyond the scan (the dispatcher then
     tries now and then anyway)."""
-    return ready_scan(s, queues, labels, types, now_ms, scan_max, limit, dedicated, tenants)[0]
+    return ready_scan(s, queues, labels, types, now_ms, scan_max, limit, dedicated, tenants, targets)[0]
 
 
 def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,
                now_ms: int, scan_max: int, limit: int, dedicated: Collection[str] = (),
-               tenants: frozenset[str] | None = None, skip: int = 0) -> tuple[int, bool]:
+               tenants: frozenset[str] | None = None, targets: frozenset[str] | None = None,
+               skip: int = 0) -> tuple[int, bool]:
     """:func:`ready_count` past the first ``skip`` entries of its scan, passed over unread (they
     count against ``scan_max``), and whether it read at least one entry and every entry it read
     was a run the worker could take (not a stale entry, another worker's placement or executor
@@ -323,6 +345,8 @@ def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, st
     and the dispatcher counts from the head again)."""
     names = queues if queues is not None else list(s._queued)
     runs, jobs, rates, only, scanned, found = s.runs, s.jobs, s.tenants, tenants, 0, 0
+    # (a run without a python target passes: "" stands for its target, as in leases.apply_acquire)
+    handlers = None if targets is None else targets.union(("",))
     placed: dict[int, bool] = {}  # by placement object, as acquire reads them (core/leases.py)
     for q in names:
         for p, h in s._queued.get(q, {}).items():
@@ -354,6 +378,8 @@ def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, st
                     if job is not None:
                         spec = job["spec"]
                         if types is not None and spec["executor"]["type"] not in types:
+                            continue
+                        if handlers is not None and spec["executor"].get("target", "") not in handlers:
                             continue
                         if "placement" in spec or dedicated:
                             key = id(spec.get("placement"))

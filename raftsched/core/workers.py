@@ -35,6 +35,12 @@ those tenants: the node puts the token's tenants in every ``acquire`` it propose
 shows them (the fact ``tenants``, held only when not None) and the reads of which runs no worker
 may take count them (worker_queries.py).
 
+**Handlers.** A worker may say which python targets it has handlers for (the fact ``targets``,
+held only when not None: ``raftsched worker --app`` sends its app's): it is then granted a python
+run only when its job's target is one of them (leases.py), so that during a rolling deploy a
+worker of the app's older version never takes a run of a job only the newer one declares. A
+worker that says none takes any.
+
 **Release.** A worker may give leases back (``release``, when it drains): the run is queued
 again at once with attempt + 1, and the attempt is recorded as released by that worker; it
 spends neither the job's ``max_attempts`` nor the lost-lease budget (I19).
@@ -52,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 from . import limits, snapshot
 from .errors import InvalidCommand, InvalidSpec, LimitExceeded, NotFound
 from .leases import close_attempt, live, outside, tenants_field
-from .model import EXECUTOR_TYPES, NAME_RE
+from .model import EXECUTOR_TYPES, NAME_RE, TARGET_RE
 from .placement import validate_worker_labels
 from .queues import add_dead, enqueue
 from .records import Record, Result, is_int, ok
@@ -75,6 +81,9 @@ DEDICATED = "dedicated"
 #: a fact a hello may leave out, held by a record only when it is not None (after ``dedicated``):
 #: the tenants the worker's token is limited to
 TENANTS = "tenants"
+#: a fact a hello may leave out, held by a record only when it is not None (after ``tenants``): the
+#: python targets the worker has handlers for (None: any)
+TARGETS = "targets"
 
 
 # ------------------------------------------------------------------ validation (node and apply)
@@ -113,6 +122,21 @@ def check_dedicated(v: object, labels: dict[str, str], field: str = "dedicated")
 def check_tenants(v: object, field: str = "tenants") -> list[str] | None:
     """Tenant names, sorted, without repeats, or None (every tenant). :raises InvalidSpec:"""
     return _names_or_none(v, field, limits.token_tenants_max, limits.tenant_name_chars_max, "every tenant", "tenant")
+
+
+def check_targets(v: object, field: str = "targets") -> list[str] | None:
+    """Python targets (``module:function``), sorted, without repeats, or None (any).
+    :raises InvalidSpec:"""
+    if v is None:
+        return None
+    if not isinstance(v, list) or not v or len(v) > limits.worker_targets_max:
+        raise InvalidSpec(f"must be null (any target) or a list of 1-{limits.worker_targets_max} python targets",
+                          field=field)
+    for t in v:
+        if not isinstance(t, str) or len(t) > limits.worker_target_chars_max or not TARGET_RE.fullmatch(t):
+            raise InvalidSpec(f"python targets are module:function, at most {limits.worker_target_chars_max} "
+                              "characters", field=field)
+    return sorted(set(v))
 
 
 def check_executors(v: object, field: str = "executors") -> list[str]:
@@ -163,7 +187,8 @@ def check_facts(cmd: Command) -> dict[str, Any]:
             "executors": check_executors(cmd.get("executors")), "queues": check_queues(cmd.get("queues")),
             "version": _short_text(cmd.get("version"), "version"),
             "instance": _short_text(cmd.get("instance"), "instance"),
-            DEDICATED: check_dedicated(cmd.get(DEDICATED), labels), TENANTS: check_tenants(cmd.get(TENANTS))}
+            DEDICATED: check_dedicated(cmd.get(DEDICATED), labels), TENANTS: check_tenants(cmd.get(TENANTS)),
+            TARGETS: check_targets(cmd.get(TARGETS))}
 
 
 def _as_command_error(op: str, e: InvalidSpec) -> InvalidCommand:
@@ -188,7 +213,7 @@ def touch(s: SchedulerState, worker: object, now: int) -> Record | None:
 
 def _record(facts: dict[str, Any], now: int) -> Record:
     """A new registry record, its fields always in this order (the snapshot writes them so);
-    ``dedicated`` and ``tenants`` last, and only when not empty."""
+    ``dedicated``, ``tenants`` and ``targets`` last, and only when not empty."""
     rec = {"kind": facts["kind"], "labels": facts["labels"], "slots": facts["slots"],
            "executors": facts["executors"], "queues": facts["queues"], "version": facts["version"],
            "instance": facts["instance"], "first_seen": now, "last_seen": now, "state": "active",
@@ -197,6 +222,8 @@ def _record(facts: dict[str, Any], now: int) -> Record:
         rec[DEDICATED] = facts[DEDICATED]
     if facts[TENANTS] is not None:
         rec[TENANTS] = facts[TENANTS]
+    if facts[TARGETS] is not None:
+        rec[TARGETS] = facts[TARGETS]
     return rec
 
 
@@ -214,7 +241,7 @@ def _pairs(cmd: Command, key: str, op: str, max_items: int,
 # ------------------------------------------------------------------ handlers
 def apply_worker_hello(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``worker_hello {worker, kind, labels, slots, executors, queues, version?, instance?,
-    dedicated?, tenants?}``: register a worker or update its facts (idempotent: the same facts again change only
+    dedicated?, tenants?, targets?}``: register a worker or update its facts (idempotent: the same facts again change only
     ``last_seen``). A hello from another process ``instance`` than the record's makes a
     draining worker active again: a drain applies to the process that was asked, not to the
     next one started under its id. When the registry is full, a new worker evicts the one
@@ -239,7 +266,7 @@ def apply_worker_hello(s: SchedulerState, cmd: Command, now: int) -> Result:
         reg[worker] = _record(facts, now)
         return ok(worker=worker, created=True, changed=True, state="active")
     changed = (any(w[k] != facts[k] for k in FACTS) or w.get(DEDICATED, []) != facts[DEDICATED]
-               or w.get(TENANTS) != facts[TENANTS])
+               or w.get(TENANTS) != facts[TENANTS] or w.get(TARGETS) != facts[TARGETS])
     if facts["instance"] != w["instance"] and w["state"] == "draining":
         w["state"] = "active"
         changed = True
@@ -248,10 +275,13 @@ def apply_worker_hello(s: SchedulerState, cmd: Command, now: int) -> Result:
     # The optional facts go last, in _record's order, whatever the record held before.
     w.pop(DEDICATED, None)
     w.pop(TENANTS, None)
+    w.pop(TARGETS, None)
     if facts[DEDICATED]:
         w[DEDICATED] = facts[DEDICATED]
     if facts[TENANTS] is not None:
         w[TENANTS] = facts[TENANTS]
+    if facts[TARGETS] is not None:
+        w[TARGETS] = facts[TARGETS]
     if now > w["last_seen"]:
         w["last_seen"] = now
     return ok(worker=worker, created=False, changed=changed, state=w["state"])

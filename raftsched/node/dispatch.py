@@ -58,14 +58,15 @@ class LeaseRequest:
     """One waiting lease request: whose, what it can take, how many runs for how long.
 
     ``key`` groups interchangeable requests: the same queues, labels (and dedicated labels),
-    executor types and tenants (those of a token limited to tenants; None: every tenant)."""
+    executor types, tenants (those of a token limited to tenants; None: every tenant) and python
+    targets (those it has handlers for; None: any)."""
 
     __slots__ = ("worker", "queues", "labels", "types", "n", "ttl_ms", "key", "done", "grants", "draining",
-                 "error", "in_flight", "abandoned", "alive", "dedicated", "tenants")
+                 "error", "in_flight", "abandoned", "alive", "dedicated", "tenants", "targets")
 
     def __init__(self, worker: str, queues: list[str] | None, labels: dict, types: list[str] | None, n: int,
                  ttl_ms: int, alive: Callable[[], bool] | None = None, dedicated: list[str] | None = None,
-                 tenants: list[str] | None = None) -> None:
+                 tenants: list[str] | None = None, targets: list[str] | None = None) -> None:
         self.worker = worker
         self.queues = queues
         self.labels = labels
@@ -76,9 +77,12 @@ class LeaseRequest:
         self.dedicated = tuple(dedicated or ())
         #: the tenants whose runs it may be granted (sorted), or None: every tenant
         self.tenants = None if tenants is None else sorted(tenants)
+        #: the python targets it has handlers for, or None: any (core/workers.py TARGETS)
+        self.targets = None if targets is None else frozenset(targets)
         self.key = (None if queues is None else tuple(queues), tuple(sorted(labels.items())),
                     None if types is None else tuple(types), self.dedicated,
-                    None if tenants is None else tuple(self.tenants))
+                    None if tenants is None else tuple(self.tenants),
+                    None if targets is None else tuple(sorted(self.targets)))
         self.done = asyncio.Event()
         self.grants: list[dict] = []
         self.draining = False
@@ -353,7 +357,8 @@ class Dispatcher:
             limit = min(want - skip, need - last + 1 + cover - skip)
             found, clean = self.raft.read(queries.ready_scan, head.queues, head.labels, types, ready_ms,
                                           node_limits.dispatch_ready_scan_max, limit, head.dedicated,
-                                          None if head.tenants is None else frozenset(head.tenants), skip)
+                                          None if head.tenants is None else frozenset(head.tenants),
+                                          head.targets, skip)
             self._known[key] = skip + found if clean else 0
             count = max(0, skip + found - cover)
             if not count and not in_flight and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:

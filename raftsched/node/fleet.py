@@ -41,7 +41,8 @@ from ..core import commands, limits, queries
 from ..core.bodies import check_body
 from ..core.errors import Forbidden, InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
-from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
+from ..core.workers import (check_dedicated, check_executors, check_labels, check_queues, check_targets,
+                            check_worker_id)
 from ..core.records import cut_by, is_int, outcome_results
 from ..proposer import Proposer
 from .. import sealing
@@ -54,7 +55,7 @@ log = logging.getLogger("raftsched.fleet")
 
 #: the fields of each request body of the worker protocol (docs/api.md)
 LEASE_FIELDS = {"queues", "labels", "slots", "executors", "version", "instance", "max", "wait_s", "ttl_ms",
-                "dedicated", "results"}
+                "dedicated", "results", "targets"}
 HEARTBEAT_FIELDS = {"leases", "ttl_ms"}
 COMPLETE_FIELDS = {"results"}
 RESULT_FIELDS = {"run", "token", "success", "error", "output", "result"}
@@ -116,6 +117,9 @@ def parse_lease(body) -> tuple[dict, int, float, int, list[dict] | None]:
              "executors": check_executors(b["executors"]), "queues": check_queues(b.get("queues")),
              "version": _short(b, "version"), "instance": _short(b, "instance"),
              "dedicated": check_dedicated(b.get("dedicated"), labels)}
+    targets = check_targets(b.get("targets"))
+    if targets is not None:  # (else left out: a hello of a worker without it is as it was)
+        facts["targets"] = targets
     n = _int_field(b, "max", 1, limits.acquire_runs_max)
     wait = b.get("wait_s", 0)
     # Compared before any conversion: math.isfinite(10**400) raises OverflowError, and NaN fails
@@ -336,7 +340,7 @@ class Fleet:
     async def _lease(self, wid: str, facts: dict, n: int, wait_s: float, ttl_ms: int, alive) -> tuple[dict, bool]:
         """The hello when the worker's facts are new, then the wait for runs: (answer, hello)."""
         rec = self.raft.read(queries.worker_record, wid)
-        hello = rec is None or any(rec[k] != v for k, v in facts.items())
+        hello = rec is None or any(rec[k] != v for k, v in facts.items()) or rec["targets"] != facts.get("targets")
         if hello:
             await self._hello(wid, facts)
             rec = self.raft.read(queries.worker_record, wid)
@@ -344,7 +348,7 @@ class Fleet:
             return {"runs": [], "draining": True}, hello
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
         req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"],
-                           facts["tenants"])
+                           facts["tenants"], facts.get("targets"))
         await self.dispatcher.lease(req, wait_s)
         # Unsealed here, where the run is handed out, and nowhere else (docs/security.md).
         answer = {"runs": [self.unseal(g) for g in req.grants], "draining": req.draining}

@@ -360,6 +360,11 @@ def _bodies() -> dict[str, Schema]:
                        "ttl_ms": ttl,
                        "dedicated": _nullable({"type": "array", "items": _str(1),
                                                "description": "names of its labels it is dedicated to"}),
+                       "targets": _nullable({"type": "array", "minItems": 1, "maxItems": limits.worker_targets_max,
+                                             "items": _str(3, limits.worker_target_chars_max,
+                                                           r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"),
+                                             "description": "the python targets it has handlers for: it is "
+                                                            "granted no python run of another (null: any)"}),
                        "results": dict(outcomes, description="outcomes to report, as a complete's; the "
                                        "request's Idempotency-Key is their request id")},
                       ("slots", "executors", "max")),

@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from typing import Awaitable, Callable
 
+from ..core import limits
 from ..worker import limits as worker_limits
 from ..worker.executors import CancelEvent, Outcome, RunContext, function_soon, run_function
 from ..worker.executors._output import may_be_cut, short, tail_str
@@ -134,6 +135,16 @@ class AppExecutors:
         async def refuse(ctx: RunContext, timeout_s: float, cancel: CancelEvent) -> Outcome:
             return Outcome(ok=False, error=error, output="", duration_ms=0)
         return refuse
+
+    def targets(self) -> list[str] | None:
+        """The python targets of the app's handlers, sorted: what the worker tells the cluster it
+        has (the fact ``targets``, core/workers.py), so that it is granted no run of a job its
+        version of the app does not declare. None when there are more than the cluster takes, or
+        one is longer (the worker then takes any run of the app, and refuses what it cannot run)."""
+        targets = sorted({d.target for d in self.app.jobs.values()})
+        if len(targets) > limits.worker_targets_max or any(len(t) > limits.worker_target_chars_max for t in targets):
+            return None
+        return targets
 
     def describe(self) -> str:
         """One line for the worker's start: the app, its handlers, how plain ones run."""

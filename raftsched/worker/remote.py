@@ -96,6 +96,9 @@ class WorkerConfig:
     #: names of its labels the worker is dedicated to (core/workers.py): ``--app`` sets
     #: ``["raftsched.app"]``, so it is granted only runs placed on its app's label
     dedicated: list = dataclasses.field(default_factory=list)
+    #: the python targets it has handlers for (``--app``: its app's, sdk/worker.py), so that it is
+    #: granted no run of a job its version of the app does not declare; None: any
+    targets: list | None = None
     #: what the worker runs, for its start's log line (``--app``: the app and its handlers)
     describe: str | None = None
     #: who shell and python runs execute as (``--run-as``; worker/sandbox.py), None: the default
@@ -159,6 +162,8 @@ class RemoteChannel:
                       "executors": sorted(cfg.executors), "version": VERSION, "instance": uuid.uuid4().hex[:16]}
         if cfg.dedicated:  # only when set: a node of an older version refuses the field
             self.facts["dedicated"] = sorted(cfg.dedicated)
+        if cfg.targets is not None:  # (likewise)
+            self.facts["targets"] = sorted(cfg.targets)
         #: cluster time as the nodes' answers told it, on this process's monotonic clock
         self._anchor: clocksync.Anchor | None = None
         #: the wait the last idle answer asked for (its ``next_wait_s``), when longer than
@@ -244,6 +249,14 @@ class RemoteChannel:
                 self._carry_after = self.clock.monotonic_s() + worker_limits.carried_refused_pause_s
                 _answer(carried, None)
                 return await self._acquire(n, ttl_ms, None)
+            if 400 <= status < 500 and getattr(e, "field", None) == "targets" and "targets" in self.facts:
+                # A node of a version before workers said which handlers they have: this worker
+                # then takes any run of its app, and refuses those it has no handler for.
+                log.warning("worker %s: the node does not take the handlers it has (%s); leasing without them: a "
+                            "run of a job this version of the app does not declare fails on it", self.worker_id,
+                            e.message)
+                self.facts.pop("targets")
+                return await self._acquire(n, ttl_ms, carried)
             if 400 <= status < 500:
                 # Final: a wrong token (401), a full registry (422), a body this node refuses
                 # (another version): said once a pause, not ten times a second.

@@ -1,0 +1,152 @@
+"""A worker's handlers (the fact ``targets``, core/workers.py): a worker that says which python
+targets it has handlers for is granted no python run of another, so that during a rolling deploy
+a worker of an app's older version never takes (and fails) a run of a job only the newer one
+declares (a walk saw 8 of 12 slots of a new job go dead, every attempt on the one old worker).
+Acquire's two paths, the dispatcher's count, why a run waits, the registry and its snapshot."""
+from __future__ import annotations
+
+import pytest
+
+from raftsched.core import events, limits, queries
+from raftsched.core.worker_queries import NO_HANDLER, NO_WORKER_MATCHES
+
+from core_helpers import SEC, T0, restored
+from exec_helpers import acq, do, jspec, refused, trig
+from test_workers import hello, state_with
+
+OLD, NEW = "app.jobs:run", "app.jobs:weekly"
+
+
+def py(target: str, **extra) -> dict:
+    return jspec(executor={"type": "python", "target": target}, **extra)
+
+
+def with_targets(s, now, targets, worker="w1", **kw) -> dict:
+    res = do(s, "worker_hello", now, None, worker=worker, kind="remote", labels=kw.pop("labels", {}), slots=4,
+             executors=kw.pop("executors", ["python", "shell"]), queues=None, version="1.0", instance="i1",
+             targets=targets, **kw)
+    assert res["ok"], res
+    return res
+
+
+def test_a_hello_keeps_the_targets_sorted_and_a_hello_without_them_clears_them():
+    s = state_with()
+    res = with_targets(s, T0, [NEW, OLD, NEW])
+    assert res["changed"] and s.workers["w1"]["targets"] == [OLD, NEW]
+    assert not with_targets(s, T0 + SEC, [OLD, NEW])["changed"]
+    assert with_targets(s, T0 + SEC, [OLD])["changed"] and s.workers["w1"]["targets"] == [OLD]
+    assert queries.worker_record(s, "w1")["targets"] == [OLD]
+    assert queries.workers(s, T0 + SEC)[0]["targets"] == [OLD]
+    hello(s, T0 + 2 * SEC)  # (no targets: any)
+    assert "targets" not in s.workers["w1"] and queries.worker_record(s, "w1")["targets"] is None
+    assert queries.workers(s, T0 + 2 * SEC)[0]["targets"] is None
+
+
+@pytest.mark.parametrize("bad", [[], "app.jobs:run", [1], ["no-colon"], ["a:b", "mod:"], ["m:" + "f" * 200],
+                                 [f"m:f{i}" for i in range(limits.worker_targets_max + 1)]])
+def test_a_hello_with_malformed_targets_is_refused_and_changes_nothing(bad):
+    s = state_with()
+    from raftsched.core import commands
+    res = refused(s, commands.make("worker_hello", T0, None, worker="w1", kind="remote", labels={}, slots=4,
+                                   executors=["python"], queues=None, version=None, instance=None, targets=bad),
+                  "invalid_command")
+    assert "targets" in res["error"]["message"]
+
+
+@pytest.mark.parametrize("two_queues", [False, True], ids=["one heap", "the general path"])
+def test_a_worker_with_targets_takes_only_the_python_runs_it_has_handlers_for(two_queues):
+    q2 = {"queue": "other"} if two_queues else {}
+    s = state_with(("old", py(OLD)), ("new", py(NEW, **q2)), ("sh", jspec(executor={"type": "shell", "argv": ["true"]})))
+    with_targets(s, T0, [OLD], worker="old-worker")
+    hello(s, T0, worker="new-worker")
+    for name in ("new", "old", "sh", "new"):
+        trig(s, name, T0)
+    got = acq(s, T0 + 1, worker="old-worker", n=10)
+    assert sorted(g["job"] for g in got) == ["old", "sh"]  # a shell run has no target: not held back
+    assert all(r["state"] == "queued" for r in s.runs.values() if r["job"] == "new")
+    got = acq(s, T0 + 2, worker="new-worker", n=10)
+    assert [g["job"] for g in got] == ["new", "new"]  # held back, not lost: a worker with any handler takes them
+
+
+def test_why_a_run_waits_says_no_handler_and_the_leader_tells_it_so():
+    from test_notify_core import WEBHOOK
+    s = state_with(("new", py(NEW, notify=[{"sink": "ops", "on": ["run.unplaceable"]}])))
+    assert do(s, "put_sink", T0, name="ops", spec=WEBHOOK)["ok"]
+    with_targets(s, T0, [OLD], worker="old-worker")
+    rid = trig(s, "new", T0)
+    assert acq(s, T0 + 1, worker="old-worker") == []
+    assert queries.waiting_for(s, rid, T0 + 1) == NO_HANDLER
+    assert queries.waiting_for_many(s, [rid], T0 + 1) == {rid: NO_HANDLER}
+    assert queries.unplaceable(s, T0 + 1) == {"default": 1}
+    assert do(s, "note_unplaceable", T0 + 2, runs=[rid])["told"] == 1
+    ev = events.view(s.outbox.events[-1])
+    assert ev["kind"] == "run.unplaceable" and ev["reason"] == NO_HANDLER, ev
+    # A worker of the new version: nothing waits any more.
+    with_targets(s, T0 + 3, [OLD, NEW], worker="new-worker")
+    assert queries.waiting_for(s, rid, T0 + 3) is None and queries.unplaceable(s, T0 + 3) == {}
+    # A run no worker's labels allow is still said so, not "no handler".
+    s2 = state_with(("placed", py(NEW, placement={"labels": {"pool": "gpu"}})))
+    with_targets(s2, T0, [NEW], worker="w")
+    rid2 = trig(s2, "placed", T0)
+    assert queries.waiting_for(s2, rid2, T0 + 1) == NO_WORKER_MATCHES
+
+
+def test_the_dispatchers_count_skips_what_the_worker_has_no_handler_for():
+    s = state_with(("old", py(OLD)), ("new", py(NEW)))
+    for name in ("new", "new", "old"):
+        trig(s, name, T0)
+    scan = lambda targets: queries.ready_scan(s, None, {}, None, T0 + 1, 100, 10, (), None, targets)  # noqa: E731
+    assert scan(frozenset([OLD]))[0] == 1 and scan(frozenset([NEW]))[0] == 2 and scan(None)[0] == 3
+
+
+def test_targets_survive_a_snapshot():
+    s = state_with(("new", py(NEW)))
+    with_targets(s, T0, [OLD], worker="old-worker")
+    trig(s, "new", T0)
+    r = restored(s)
+    assert r.workers["old-worker"]["targets"] == [OLD]
+    assert acq(r, T0 + 1, worker="old-worker") == []
+
+
+# ---------------------------------------------------------------------------- the worker's side
+def test_a_worker_of_an_app_says_its_handlers_and_leases_without_them_from_an_older_node():
+    """RemoteChannel sends ``targets`` (``raftsched worker --app``: AppExecutors.targets); a node
+    of a version before them refuses the field (422 naming it): the lease is asked again without
+    them, and so are the next ones."""
+    import asyncio
+
+    from raftsched.clock import SystemClock
+    from raftsched.worker.remote import RemoteChannel, WorkerConfig
+    from test_carried_outcomes import TOKEN, Node
+
+    refused = {"error": {"code": "invalid", "message": "unknown field", "field": "targets"}}
+    node = Node(lease=[(422, refused), (200, {"runs": [], "draining": False})])
+
+    async def main():
+        url = await node.start()
+        ch = RemoteChannel(WorkerConfig(urls=[url], token=TOKEN, worker_id="w1", targets=[NEW, OLD]), SystemClock())
+        try:
+            grants = await asyncio.wait_for(ch.acquire(4, 10_000, None), 20)
+            assert grants.runs == []
+            await asyncio.wait_for(ch.acquire(4, 10_000, None), 20)
+        finally:
+            await ch.close()
+            await node.server.close()
+    asyncio.run(main())
+    bodies = [b for p, _, b in node.requests if p == "lease"]
+    assert [b.get("targets") for b in bodies] == [[OLD, NEW], None, None]
+
+
+def test_an_apps_targets_are_its_handlers_unless_there_are_too_many(monkeypatch):
+    from raftsched.sdk import App
+    from raftsched.sdk.worker import AppExecutors
+
+    import sdk_targets
+    app = App("reports")
+    app.job("a", every_s=60, misfire="skip")(sdk_targets.report)
+    app.job("b", every_s=60, misfire="skip")(sdk_targets.other)
+    app.job("c", every_s=60, misfire="skip")(sdk_targets.report)  # (one handler, two jobs)
+    ex = AppExecutors(app, "tests.x:app")
+    assert ex.targets() == sorted({d.target for d in app.jobs.values()}) and len(ex.targets()) == 2
+    monkeypatch.setattr(limits, "worker_targets_max", 1)
+    assert ex.targets() is None
