@@ -449,7 +449,7 @@ def cmd_worker(args) -> int:
         cfg.dedicated = [APP_LABEL]
         cfg.describe = app_executors.describe()
         cfg.targets = app_executors.targets()
-        if cfg.targets is None:
+        if cfg.targets is None and app_executors.app.jobs:
             logging.getLogger("raftsched.sdk.worker").warning(
                 "app %r has more than %d handlers, or one whose target is longer than %d characters: this worker "
                 "does not say which it has, and takes any run of the app (one of a job this version does not "

@@ -549,8 +549,9 @@ def test_the_leaders_look_for_unplaceable_runs_decided_a_slice_at_a_time_finds_t
     real = notify_queries.waiting_for_many
     monkeypatch.setattr(notify_queries, "waiting_for_many", lambda st, ids, *a: decided.append(len(ids)) or real(st, ids, *a))
     monkeypatch.setattr(node_notify, "OVERDUE_SLICE", 3)
-    sliced = node_notify.Notifier._unplaceable_overdue(types.SimpleNamespace(raft=FakeRaft(s)), now)  # type: ignore[arg-type]
-    assert sliced == whole and decided == [3, 3, 3]  # three slices of three: it stopped there
+    sliced, handler = node_notify.Notifier._unplaceable_overdue(types.SimpleNamespace(raft=FakeRaft(s)), now)  # type: ignore[arg-type]
+    # Three slices of three: it stopped there; then the reasons of the ones it keeps.
+    assert sliced == whole and handler == [] and decided == [3, 3, 3, len(whole)]
     assert worker_queries.waiting_for_many is real
 
 

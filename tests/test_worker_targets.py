@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from raftsched.core import events, limits, queries
+from raftsched.core import commands, events, limits, notify_queries, queries
 from raftsched.core.worker_queries import NO_HANDLER, NO_WORKER_MATCHES
 
-from core_helpers import SEC, T0, restored
+from core_helpers import SEC, T0, apply, restored
 from exec_helpers import acq, do, jspec, refused, trig
 from test_workers import hello, state_with
 
@@ -46,7 +46,6 @@ def test_a_hello_keeps_the_targets_sorted_and_a_hello_without_them_clears_them()
                                  [f"m:f{i}" for i in range(limits.worker_targets_max + 1)]])
 def test_a_hello_with_malformed_targets_is_refused_and_changes_nothing(bad):
     s = state_with()
-    from raftsched.core import commands
     res = refused(s, commands.make("worker_hello", T0, None, worker="w1", kind="remote", labels={}, slots=4,
                                    executors=["python"], queues=None, version=None, instance=None, targets=bad),
                   "invalid_command")
@@ -78,17 +77,40 @@ def test_why_a_run_waits_says_no_handler_and_the_leader_tells_it_so():
     assert queries.waiting_for(s, rid, T0 + 1) == NO_HANDLER
     assert queries.waiting_for_many(s, [rid], T0 + 1) == {rid: NO_HANDLER}
     assert queries.unplaceable(s, T0 + 1) == {"default": 1}
-    assert do(s, "note_unplaceable", T0 + 2, runs=[rid])["told"] == 1
+    # The leader says which wait for a handler (apply reads no registry for it: its cost would
+    # grow with the fleet, on every replica's Raft thread).
+    t = T0 + limits.unplaceable_report_ms + 1
+    with_targets(s, t, [OLD], worker="old-worker")  # (seen again: not gone)
+    late = notify_queries.unplaceable_overdue(s, t)
+    assert late == [rid] and notify_queries.for_handler(s, late, t, notify_queries.live_workers(s, t)) == [rid]
+    assert apply(s, commands.note_unplaceable(t, runs=late, handler=[rid]))["told"] == 1
     ev = events.view(s.outbox.events[-1])
     assert ev["kind"] == "run.unplaceable" and ev["reason"] == NO_HANDLER, ev
+    assert "handler" not in commands.note_unplaceable(T0, runs=[rid])  # (as the code before wrote it)
+    refused(s, commands.make("note_unplaceable", t, None, runs=[rid], handler="x"), "invalid_command")
     # A worker of the new version: nothing waits any more.
-    with_targets(s, T0 + 3, [OLD, NEW], worker="new-worker")
-    assert queries.waiting_for(s, rid, T0 + 3) is None and queries.unplaceable(s, T0 + 3) == {}
+    with_targets(s, t, [OLD, NEW], worker="new-worker")
+    assert queries.waiting_for(s, rid, t) is None and queries.unplaceable(s, t) == {}
     # A run no worker's labels allow is still said so, not "no handler".
     s2 = state_with(("placed", py(NEW, placement={"labels": {"pool": "gpu"}})))
     with_targets(s2, T0, [NEW], worker="w")
     rid2 = trig(s2, "placed", T0)
     assert queries.waiting_for(s2, rid2, T0 + 1) == NO_WORKER_MATCHES
+
+
+def test_a_run_waits_for_a_handler_only_so_long_then_any_worker_of_its_app_may_take_it():
+    """A review: held back for good, the runs of a job whose handler was removed (no prune) piled
+    up at the head of the app's queue, one a slot, until acquire's scan (2 000 entries) found
+    nothing behind them: the app's other jobs stopped. Past limits.handler_wait_ms since it was
+    due, a worker without the handler takes it (and fails it, naming the handler, as before)."""
+    s = state_with(("new", py(NEW)), ("old", py(OLD)))
+    with_targets(s, T0, [OLD], worker="old-worker")
+    rid = trig(s, "new", T0)
+    due = s.runs[rid]["due"]
+    scan = lambda now, t: queries.ready_scan(s, None, {}, None, now, 100, 10, (), None, frozenset([t]))[0]  # noqa: E731
+    assert acq(s, due + limits.handler_wait_ms - 1, worker="old-worker") == [] and scan(due + limits.handler_wait_ms - 1, OLD) == 0
+    assert scan(due + limits.handler_wait_ms, OLD) == 1
+    assert [g["id"] for g in acq(s, due + limits.handler_wait_ms, worker="old-worker")] == [rid]
 
 
 def test_the_dispatchers_count_skips_what_the_worker_has_no_handler_for():
@@ -119,7 +141,7 @@ def test_a_worker_of_an_app_says_its_handlers_and_leases_without_them_from_an_ol
     from raftsched.worker.remote import RemoteChannel, WorkerConfig
     from test_carried_outcomes import TOKEN, Node
 
-    refused = {"error": {"code": "invalid", "message": "unknown field", "field": "targets"}}
+    refused = {"error": {"code": "invalid", "message": "unknown field; allowed: dedicated, ...", "field": "targets"}}
     node = Node(lease=[(422, refused), (200, {"runs": [], "draining": False})])
 
     async def main():
@@ -129,12 +151,15 @@ def test_a_worker_of_an_app_says_its_handlers_and_leases_without_them_from_an_ol
             grants = await asyncio.wait_for(ch.acquire(4, 10_000, None), 20)
             assert grants.runs == []
             await asyncio.wait_for(ch.acquire(4, 10_000, None), 20)
+            ch._targets_after = 0.0  # (the pause over: the node may have been upgraded meanwhile)
+            await asyncio.wait_for(ch.acquire(4, 10_000, None), 20)
+            assert ch.facts["targets"] == [OLD, NEW]
         finally:
             await ch.close()
             await node.server.close()
     asyncio.run(main())
     bodies = [b for p, _, b in node.requests if p == "lease"]
-    assert [b.get("targets") for b in bodies] == [[OLD, NEW], None, None]
+    assert [b.get("targets") for b in bodies] == [[OLD, NEW], None, None, [OLD, NEW]]
 
 
 def test_an_apps_targets_are_its_handlers_unless_there_are_too_many(monkeypatch):
@@ -150,3 +175,4 @@ def test_an_apps_targets_are_its_handlers_unless_there_are_too_many(monkeypatch)
     assert ex.targets() == sorted({d.target for d in app.jobs.values()}) and len(ex.targets()) == 2
     monkeypatch.setattr(limits, "worker_targets_max", 1)
     assert ex.targets() is None
+    assert AppExecutors(App("empty"), "tests.x:app").targets() is None  # ([] is no list of targets)

@@ -381,7 +381,11 @@ def put_tenant_notify(now: int, rid: str | None, *, name: str, notify: list[Any]
     return make("put_tenant_notify", now, rid, name=name, notify=notify)
 
 
-def note_unplaceable(now: int, *, runs: list[str]) -> Command:
+def note_unplaceable(now: int, *, runs: list[str], handler: list[str] | None = None) -> Command:
+    """``handler``: those of ``runs`` that wait for a worker with their handler (written only when
+    there are some: the command is then the one the code before wrote)."""
+    if handler:
+        return make("note_unplaceable", now, None, runs=runs, handler=handler)
     return make("note_unplaceable", now, None, runs=runs)
 
 

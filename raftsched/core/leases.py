@@ -78,6 +78,7 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     types = cmd.get("types")
     if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
         raise InvalidCommand("acquire.types must be a list of executor types or nil")
+    handler_wait = limits.handler_wait_ms
     only = tenants_field(cmd, "acquire")
     by, mine = cmd.get("by"), s.answers_for
     answer = mine is None or type(by) is not str or by == mine
@@ -90,7 +91,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         labels = w["labels"]
         dedicated = w.get("dedicated", ())  # (a record holds the key only when it is not empty)
         # The python targets it has handlers for (workers.TARGETS), or None: any. A run of
-        # another executor type has no target: _NO_TARGET, which the set holds, passes.
+        # another executor type has no target: _NO_TARGET, which the set holds, passes. A run
+        # due limits.handler_wait_ms ago or more passes too (the worker refuses it, visibly).
         has = w.get("targets")
         targets = None if has is None else frozenset(has).union((_NO_TARGET,))
     else:
@@ -164,7 +166,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                             held_back.append((h, (due, rid)))  # another worker runs this executor type
                             held.add(rid)
                             continue
-                        if targets is not None and spec["executor"].get("target", _NO_TARGET) not in targets:
+                        if targets is not None and spec["executor"].get("target", _NO_TARGET) not in targets \
+                                and now - due < handler_wait:
                             held_back.append((h, (due, rid)))  # a worker with its handler takes it
                             held.add(rid)
                             continue
@@ -250,7 +253,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 held_back.append((best_h, entry))  # another node runs this executor type
                 held.add(entry[1])
                 continue
-        if targets is not None and job is not None and job["spec"]["executor"].get("target", _NO_TARGET) not in targets:
+        if targets is not None and job is not None and job["spec"]["executor"].get("target", _NO_TARGET) not in targets \
+                and now - entry[0] < handler_wait:
             held_back.append((best_h, entry))  # a worker with its handler takes it
             held.add(entry[1])
             continue

@@ -447,26 +447,29 @@ def apply_sink_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_note_unplaceable(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``note_unplaceable {runs: [run id]}``: the leader saw these queued runs wait longer than
-    ``limits.unplaceable_report_ms`` for a worker their placement (or tenant) allows
-    (``unplaceable_overdue``): each still queued and not told already is marked and reported,
-    ``run.unplaceable``, once. :raises InvalidCommand: not a bounded list of ids."""
-    ids = cmd.get("runs")
-    if not (isinstance(ids, list) and len(ids) <= limits.unplaceable_runs_max and all(isinstance(x, str) for x in ids)):
-        raise InvalidCommand("note_unplaceable needs a bounded list of run ids")
-    from .worker_queries import NO_WORKER_MATCHES, waiting_for_many  # (it imports the leases, which import this)
+    """``note_unplaceable {runs: [run id], handler?: [run id]}``: the leader saw these queued runs
+    wait longer than ``limits.unplaceable_report_ms`` for a worker their placement (or tenant)
+    allows (``unplaceable_overdue``), those of ``handler`` for a worker with their handler
+    (worker_queries.NO_HANDLER): each still queued and not told already is marked and reported,
+    ``run.unplaceable``, once. The reason is the leader's, read from the command: apply reads no
+    worker registry for it. :raises InvalidCommand: not bounded lists of ids."""
+    ids, handler = cmd.get("runs"), cmd.get("handler", [])
+    for v in (ids, handler):
+        if not (isinstance(v, list) and len(v) <= limits.unplaceable_runs_max and all(isinstance(x, str) for x in v)):
+            raise InvalidCommand("note_unplaceable needs bounded lists of run ids")
+    assert isinstance(ids, list) and isinstance(handler, list)  # (checked above)
+    from .worker_queries import NO_HANDLER, NO_WORKER_MATCHES  # (it imports the leases, which import this)
+    for_handler = set(handler)
     told = 0
-    why: dict[str, str] | None = None
     for rid in ids:
         run = s.runs.get(rid)
         if run is None or run["state"] != "queued" or run.get("unplaceable_at") is not None:
             continue
         run["unplaceable_at"] = now
         told += 1
-        if why is None:  # (from the registry at the command's time: alike on every replica)
-            why = waiting_for_many(s, ids, now)
         emit_for(s, "run.unplaceable", now, of_backfill(run), job=run["job"], tenant=run.get("tenant"),
-                 slot=run["slot"], run_id=rid, attempt=run["attempt"], reason=why.get(rid, NO_WORKER_MATCHES),
+                 slot=run["slot"], run_id=rid, attempt=run["attempt"],
+                 reason=NO_HANDLER if rid in for_handler else NO_WORKER_MATCHES,
                  queue=run["queue"], waited_ms=now - run["fired_at"])
     return ok(told=told)
 

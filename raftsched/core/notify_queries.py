@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
 from .ready import Buckets, entries_of
-from .worker_queries import LiveWorker, live_workers, may_wait_among, waiting_for_many
+from .worker_queries import NO_HANDLER, LiveWorker, live_workers, may_wait_among, waiting_for_many
 
 if TYPE_CHECKING:
     from .records import Record
@@ -72,3 +72,10 @@ def overdue_among(s: SchedulerState, candidates: list[str], now_ms: int, live: l
     part = [rid for rid in candidates if (r := runs.get(rid)) is not None and r["state"] == "queued"
             and r.get("unplaceable_at") is None and r["fired_at"] <= old and r.get("due", 0) is not None]
     return sorted(waiting_for_many(s, part, now_ms, live))[:limits.unplaceable_runs_max]
+
+
+def for_handler(s: SchedulerState, run_ids: list[str], now_ms: int, live: list[LiveWorker]) -> list[str]:
+    """Under the lock: those of ``run_ids`` (:func:`overdue_among`'s) that wait for a worker with
+    their handler (worker_queries.NO_HANDLER), in their order: ``note_unplaceable``'s ``handler``."""
+    why = waiting_for_many(s, run_ids, now_ms, live)
+    return [rid for rid in run_ids if why.get(rid) == NO_HANDLER]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 #: A worker that could take a run now, as _live_workers sees it: (queues or None, labels,
 #: executors, dedicated label names, tenants or None, python targets or None).
 LiveWorker: TypeAlias = tuple[frozenset[str] | None, dict[str, str], frozenset[str], Collection[str],
-                              frozenset[str] | None, frozenset[str] | None]
+                              frozenset[str] | None, Collection[str] | None]
 
 
 # Whether a worker is gone is judged here, at read time, from its last_seen (state time) and the
@@ -107,7 +107,7 @@ def _live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
     worker that could take a run now: active, not gone, with a slot."""
     return [(None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]),
              w.get(DEDICATED, ()), frozenset(w[TENANTS]) if TENANTS in w else None,
-             frozenset(w[TARGETS]) if TARGETS in w else None)
+             w.get(TARGETS))  # (the record's list, looked in only for a python run: 128 at most)
             for w in s.workers.values() if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
 
 
@@ -139,8 +139,9 @@ def _why_waiting(live: list[LiveWorker], queue: str, spec: Record, tenant: str) 
 
 def _judged(spec: Record, live: list[LiveWorker]) -> bool:
     """Whether a run of ``spec`` may wait for a worker because of placement: its job has one, or
-    it has none and some live worker is dedicated or limited to tenants (then only the others,
-    or those of its tenant, may take it)."""
+    it has none and some live worker is dedicated, limited to tenants or to the python targets it
+    has handlers for (then only the others, or those of its tenant or with its handler, may
+    take it)."""
     return "placement" in spec or _restricted(live)
 
 
@@ -222,7 +223,7 @@ def unplaceable_walk(inputs: UnplaceableInputs) -> dict[str, int]:
 
 def may_wait_for_placement(s: SchedulerState, now_ms: int) -> bool:
     """Whether any queued run may wait for a worker because of placement (:func:`_judged`): some
-    job has a placement, or some live worker is dedicated or limited to tenants. False makes
+    job has a placement, or some live worker is dedicated, limited to tenants or to its handlers' targets. False makes
     :func:`unplaceable` and :func:`waiting_for_many` empty without a look at the runs."""
     return _may_wait(s, _live_workers(s, now_ms))
 
@@ -379,7 +380,8 @@ def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, st
                         spec = job["spec"]
                         if types is not None and spec["executor"]["type"] not in types:
                             continue
-                        if handlers is not None and spec["executor"].get("target", "") not in handlers:
+                        if handlers is not None and spec["executor"].get("target", "") not in handlers \
+                                and now_ms - due < limits.handler_wait_ms:
                             continue
                         if "placement" in spec or dedicated:
                             key = id(spec.get("placement"))

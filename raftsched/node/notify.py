@@ -486,9 +486,9 @@ class Notifier:
             self._unplaceable_checked_ms = now
             # In a thread, the replica's lock held a slice at a time (core/notify_queries.py): the
             # look walks every queued run, a storm's million, beside the applies and the API.
-            late = await off_loop(self._unplaceable_overdue, now)
+            late, handler = await off_loop(self._unplaceable_overdue, now)
             if late:
-                await self.proposer.propose(commands.note_unplaceable(now, runs=late))
+                await self.proposer.propose(commands.note_unplaceable(now, runs=late, handler=handler))
 
     def _forget_deleted(self, names: set[str]) -> None:
         """Drop the counters of sinks no longer in the state: else a cluster that makes and
@@ -505,19 +505,21 @@ class Notifier:
         for key in [k for k in self._lost_at if k not in names]:
             del self._lost_at[key]
 
-    def _unplaceable_overdue(self, now: int) -> list[str]:
+    def _unplaceable_overdue(self, now: int) -> tuple[list[str], list[str]]:
         """``notify_queries.unplaceable_overdue`` with the replica's lock held for the heaps' copy
-        and then for ``OVERDUE_SLICE`` candidates at a time, never for the whole walk."""
+        and then for ``OVERDUE_SLICE`` candidates at a time, never for the whole walk; and those of
+        them that wait for a worker with their handler (the command's ``handler``)."""
         inputs = self.raft.read(notify_queries.overdue_inputs, now)
         if inputs is None:
-            return []
+            return [], []
         cand = notify_queries.overdue_candidates(inputs, now)
         late: list[str] = []
         for k in range(0, len(cand), OVERDUE_SLICE):
             late += self.raft.read(notify_queries.overdue_among, cand[k:k + OVERDUE_SLICE], now, inputs[2])
             if len(late) >= limits.unplaceable_runs_max:
                 break
-        return late[:limits.unplaceable_runs_max]
+        late = late[:limits.unplaceable_runs_max]
+        return late, self.raft.read(notify_queries.for_handler, late, now, inputs[2]) if late else []
 
     async def _sink_loop(self, name: str) -> None:
         while True:

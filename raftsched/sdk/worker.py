@@ -6,7 +6,9 @@ The worker is the fleet's ``raftsched worker`` (worker/remote.py) with two diffe
 - **What it is granted.** It carries the label ``raftsched.app=NAME`` and is dedicated to it
   (core/workers.py): the cluster grants it only runs of jobs placed on that label, which is
   where the App places its jobs (sdk/app.py). So it takes this app's runs and nothing else, and
-  no other worker takes them. The nodes never import the app's code.
+  no other worker takes them. It also says which handlers it has (:meth:`AppExecutors.targets`,
+  the fact ``targets``), so that a run of a job its version of the app does not declare waits
+  for a worker that does (for limits.handler_wait_ms). The nodes never import the app's code.
 - **How a run executes.** :class:`AppExecutors` is the lease loop's ``executor_lookup``
   (worker/loop.py): for every grant it gives the executor that runs it, never the built-in
   ones. A grant whose target is one of the app's handlers runs that handler with a
@@ -20,7 +22,8 @@ The worker is the fleet's ``raftsched worker`` (worker/remote.py) with two diffe
   plain handler is a child process (``python -m raftsched.sdk.child``) that is killed at the
   timeout instead (SIGTERM to its process group, then SIGKILL: the shell executor's run).
   Anything else it is granted fails visibly, naming what is missing (a handler of a newer
-  version of the app, a job that is not python), and is retried by the job's retry policy.
+  version of the app past that wait, or from a node that does not take ``targets``; a job that
+  is not python), and is retried by the job's retry policy.
 """
 from __future__ import annotations
 
@@ -140,10 +143,12 @@ class AppExecutors:
         """The python targets of the app's handlers, sorted: what the worker tells the cluster it
         has (the fact ``targets``, core/workers.py), so that it is granted no run of a job its
         version of the app does not declare. None when there are more than the cluster takes, or
-        one is longer (the worker then takes any run of the app, and refuses what it cannot run)."""
+        one is longer (the worker then takes any run of the app, and refuses what it cannot run),
+        and for an app of no jobs."""
         targets = sorted({d.target for d in self.app.jobs.values()})
-        if len(targets) > limits.worker_targets_max or any(len(t) > limits.worker_target_chars_max for t in targets):
-            return None
+        if not targets or len(targets) > limits.worker_targets_max \
+                or any(len(t) > limits.worker_target_chars_max for t in targets):
+            return None  # (an app of no jobs has nothing placed on its label: nothing to say)
         return targets
 
     def describe(self) -> str:

@@ -165,7 +165,7 @@ carried_results_bytes_max = 32 * 1024
 #: of 1 s held a burst's last outcomes that long, and the lease loop's report slots with them).
 carried_lease_wait_s = 0.05
 #: After a node refused outcomes on a lease request (a node of an older version), how long the
-#: worker sends them alone before it tries again.
+#: worker sends them alone before it tries again; likewise its handlers' targets.
 carried_refused_pause_s = 300.0
 #: How long a draining ``raftsched worker`` lets its runs finish before it gives them back,
 #: unless told otherwise (``--drain-s``).

@@ -164,6 +164,8 @@ class RemoteChannel:
             self.facts["dedicated"] = sorted(cfg.dedicated)
         if cfg.targets is not None:  # (likewise)
             self.facts["targets"] = sorted(cfg.targets)
+        #: no targets sent before this monotonic time (a node refused the field)
+        self._targets_after = 0.0
         #: cluster time as the nodes' answers told it, on this process's monotonic clock
         self._anchor: clocksync.Anchor | None = None
         #: the wait the last idle answer asked for (its ``next_wait_s``), when longer than
@@ -234,8 +236,11 @@ class RemoteChannel:
         t0 = self.clock.monotonic_s()
         took: list[float] = []  # how long the attempt that answered took (not the call's earlier ones)
         try:
+            facts = self.facts
+            if "targets" in facts and self.clock.monotonic_s() < self._targets_after:
+                facts = {k: v for k, v in facts.items() if k != "targets"}
             res = await self.client.worker_lease(self.worker_id, max_runs=n, wait_s=wait_s, ttl_ms=ttl_ms,
-                                                 facts=self.facts, timeout_s=attempt, deadline_s=attempt,
+                                                 facts=facts, timeout_s=attempt, deadline_s=attempt,
                                                  results=None if carried is None else carried.items,
                                                  idempotent_key=None if carried is None else carried.key,
                                                  on_answer=took.append)
@@ -249,13 +254,15 @@ class RemoteChannel:
                 self._carry_after = self.clock.monotonic_s() + worker_limits.carried_refused_pause_s
                 _answer(carried, None)
                 return await self._acquire(n, ttl_ms, None)
-            if 400 <= status < 500 and getattr(e, "field", None) == "targets" and "targets" in self.facts:
+            if 400 <= status < 500 and getattr(e, "field", None) == "targets" and "targets" in self.facts \
+                    and (e.message or "").startswith("unknown field"):
                 # A node of a version before workers said which handlers they have: this worker
-                # then takes any run of its app, and refuses those it has no handler for.
-                log.warning("worker %s: the node does not take the handlers it has (%s); leasing without them: a "
-                            "run of a job this version of the app does not declare fails on it", self.worker_id,
-                            e.message)
-                self.facts.pop("targets")
+                # then takes any run of its app, and refuses those it has no handler for; for a
+                # while (the node may be upgraded, or the next request go to another node).
+                log.warning("worker %s: the node does not take the handlers it has (%s); leasing without them for "
+                            "%g s: a run of a job this version of the app does not declare fails on it",
+                            self.worker_id, e.message, worker_limits.carried_refused_pause_s)
+                self._targets_after = self.clock.monotonic_s() + worker_limits.carried_refused_pause_s
                 return await self._acquire(n, ttl_ms, carried)
             if 400 <= status < 500:
                 # Final: a wrong token (401), a full registry (422), a body this node refuses
