@@ -34,6 +34,7 @@ from .events import event_id, new_health
 from .events import pending as events_pending
 from .notify_model import check_routes, check_sink_spec
 from .queues import release_held, unqueue_count
+from .placement import NO_HANDLER, NO_WORKER_MATCHES
 from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:
@@ -458,7 +459,6 @@ def apply_note_unplaceable(s: SchedulerState, cmd: Command, now: int) -> Result:
         if not (isinstance(v, list) and len(v) <= limits.unplaceable_runs_max and all(isinstance(x, str) for x in v)):
             raise InvalidCommand("note_unplaceable needs bounded lists of run ids")
     assert isinstance(ids, list) and isinstance(handler, list)  # (checked above)
-    from .worker_queries import NO_HANDLER, NO_WORKER_MATCHES  # (it imports the leases, which import this)
     for_handler = set(handler)
     told = 0
     for rid in ids:

@@ -13,6 +13,12 @@ from . import limits
 from .errors import InvalidSpec
 from .records import Record
 
+#: what ``waiting_for`` (worker_queries.py) says of a run no live worker may take for its placement
+NO_WORKER_MATCHES = "no worker matches its placement"
+#: ... and of a python run that a live worker would take, but for its handlers (workers.TARGETS):
+#: every worker that may take it runs a version of its app without the job's target
+NO_HANDLER = "no worker has a handler for its target (the workers of its app run a version without it)"
+
 #: What a label name or value may hold: letters, digits, '.', '_' and '-', starting with a letter
 #: or digit (the job-name rule).
 LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

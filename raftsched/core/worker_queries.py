@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
 from .ready import Buckets, entries_of
-from .placement import placement_ok
+from .placement import NO_HANDLER as NO_HANDLER, NO_WORKER_MATCHES as NO_WORKER_MATCHES, placement_ok
 from .records import Record
 from .workers import DEDICATED, FACTS, TARGETS, TENANTS, is_gone
 
@@ -248,11 +248,7 @@ def waiting_for(s: SchedulerState, run_id: str, now_ms: int) -> str | None:
     return _why_waiting(live, r["queue"], job["spec"], r["tenant"])
 
 
-#: what ``waiting_for`` says of a run no live worker may take for its placement
-NO_WORKER_MATCHES = "no worker matches its placement"
-#: ... and of a python run that a live worker would take, but for its handlers (workers.TARGETS):
-#: every worker that may take it runs a version of its app without the job's target
-NO_HANDLER = "no worker has a handler for its target (the workers of its app run a version without it)"
+
 
 
 def live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
