@@ -575,7 +575,9 @@ def _read_json(path: str):
         print(f"raftsched: {path}: {e.message}", file=sys.stderr)
         return None
     except (ValueError, RecursionError) as e:
-        print(f"raftsched: {path}: malformed JSON: {e}", file=sys.stderr)
+        first = text.lstrip()[:1]
+        hint = "" if first in ("{", "[", '"') or not first else " (this reads JSON only: a YAML file is not read; convert it)"
+        print(f"raftsched: {path}: malformed JSON: {e}{hint}", file=sys.stderr)
         return None
 
 
@@ -654,8 +656,9 @@ def _apply(a, c: Client) -> int:
         return 1
     if not isinstance(body, dict) or not isinstance(body.get("jobs"), dict) \
             or set(body) - {"jobs", "create_only", "paused"}:
+        found = f" (found: {', '.join(sorted(map(str, body))[:8])})" if isinstance(body, dict) and body else ""
         print(f'raftsched: {a.file}: expected {{"jobs": {{"NAME": SPEC, ...}}}} (and optionally "create_only", '
-              '"paused")', file=sys.stderr)
+              f'"paused"){found}', file=sys.stderr)
         return 1
     names = list(body["jobs"])
     create_only = bool(body.get("create_only")) or a.create_only
@@ -777,7 +780,8 @@ def _plan_text(plan: dict) -> str:
     lines = []
     for name, res in plan["jobs"].items():
         action = res.get("action")
-        if action == "unchanged" and not res.get("pauses") and not res.get("warnings"):
+        if action == "unchanged" and not res.get("pauses") and not res.get("warnings") \
+                and not res.get("paused_in_cluster"):
             continue
         mark = {"create": "+", "replace": "~", "conflict": "!", "unchanged": "="}.get(action, "?")
         head = f"{mark} {action:<9} {name}"
@@ -787,13 +791,18 @@ def _plan_text(plan: dict) -> str:
             head += f"  (next slot {res['next_slot']})"
         if res.get("pauses"):
             head += "  [paused]"
+        elif res.get("paused_in_cluster"):
+            head += "  [paused in the cluster: the apply leaves it so]"
         lines.append(head)
         lines.extend(f"      {ch['field']}: {val(ch, 'from')} -> {val(ch, 'to')}" for ch in res.get("changes") or ())
         lines.extend(f"      warning: {w}" for w in res.get("warnings") or ())
     n = len(plan["jobs"])
+    pauses = sum(1 for r in plan["jobs"].values() if r.get("pauses"))
+    held = sum(1 for r in plan["jobs"].values() if r.get("paused_in_cluster"))
     lines.append(f"{n} job{'s' if n != 1 else ''}: {plan['create']} to create, {plan['replace']} to replace, "
-                 f"{plan['unchanged']} unchanged, {plan['conflicts']} conflict{'s' if plan['conflicts'] != 1 else ''} "
-                 "(dry run: nothing changed)")
+                 f"{plan['unchanged']} unchanged, {plan['conflicts']} conflict{'s' if plan['conflicts'] != 1 else ''}"
+                 + (f", {pauses} to pause" if pauses else "") + (f", {held} paused in the cluster" if held else "")
+                 + " (dry run: nothing changed)")
     if plan.get("values_left_out"):
         lines.append("(the answer's values reached their bound: later ones are shown by their size; -o json has "
                      "the same)")
@@ -1124,6 +1133,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--until", metavar="T", help="only entries whose slot is before T (ISO time, or ms)")
     c.add_argument("--before", metavar="CURSOR", help="the page after the one whose 'next' this is (the entries before it)")
 
+    client("run", "show one run or recorded slot by its id (NAME@MS...): its attempts, and what a queued run "
+                  "waits for", lambda a, c: c.get_run(a.id), read=True).add_argument("id")
     c = client("dlq", "list dead runs, newest first (optionally of one queue)",
                lambda a, c: c.dlq(a.queue, a.limit), read=True)
     c.add_argument("--queue")

@@ -124,13 +124,15 @@ _VIEWS: dict[str, list[tuple[str, Any]]] = {
              ("failures", "health.consecutive_failures"), ("executor", "spec.executor.type"),
              ("queue", "spec.queue")],
     "runs": [("id", "id"), ("state", "state"), ("slots", _slots), ("attempt", "attempt"), ("worker", "worker"),
-             ("started_at", "started_at"), ("finished_at", "finished_at"), ("reason", "reason"), ("error", "error")],
+             ("started_at", "started_at"), ("finished_at", "finished_at"),
+             # (a queued run's reason is what it waits for: a worker's placement or handler, a pause)
+             ("reason", lambda r: r.get("reason") or r.get("waiting_for")), ("error", "error")],
     "dead": [("event_id", lambda d: _get(d, "event.event_id")), ("kind", lambda d: _get(d, "event.kind")),
              ("job", lambda d: _get(d, "event.job")), ("slot", lambda d: _iso(_get(d, "event.slot"))),
              ("dead_at", lambda d: _iso(d.get("at"))), ("attempts", "attempts"), ("error", "error")],
     "workers": [("id", "id"), ("status", "status"), ("last_seen", "last_seen"), ("slots", "slots"),
                 ("held", "held"), ("executors", "executors"), ("queues", "queues"), ("labels", "labels"),
-                ("version", "version")],
+                ("version", "version"), ("targets", lambda w: len(w["targets"]) if w.get("targets") else None)],
 }
 
 
@@ -169,11 +171,30 @@ def _flat(prefix: str, v: Any, out: list[list[str]], depth: int = 0) -> None:
         out.append([prefix, _cell(v)])
 
 
+def _error_block(err: dict) -> str:
+    """A node's error as a terminal shows it, whole: its code and message, its other fields as
+    KEY VALUE, and each of its ``errors`` (a batch's invalid jobs) on a line of its own, never
+    cut (a walk saw a batch's four invalid jobs shown as one cell cut at 48 characters)."""
+    lines = [f"error: {err.get('code', '?')}: {err.get('message', '')}"]
+    for k, v in err.items():
+        if k in ("code", "message", "errors") or v is None:
+            continue
+        lines.append(f"  {k}: {_cell(v, whole=True)}")
+    errs = err.get("errors")
+    if _is_records(errs):
+        lines.append(f"  errors ({len(errs)}):")
+        lines += [f"    {e.get('job', '')}  {e.get('field') or ''}  {e.get('message', '')}".rstrip() for e in errs]
+    return "\n".join(lines)
+
+
 def table(payload: Any) -> str:
     """A payload as text tables: a list of objects is one table (a column per key: the curated
     columns of jobs, runs and workers); an object is its fields as KEY VALUE rows, nested objects
     opened as dotted keys (``spec.schedule.cron``), then each of its lists of objects as a table
-    of its own under its name."""
+    of its own under its name. A node's ``error`` comes first, whole (:func:`_error_block`)."""
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        rest = {k: v for k, v in payload.items() if k != "error"}
+        return _error_block(payload["error"]) + ("\n\n" + table(rest) if rest else "")
     if _is_records(payload):
         return _records(payload)
     if not isinstance(payload, dict):

@@ -348,11 +348,16 @@ def test_a_dry_run_refuses_what_the_batch_refuses_and_reports_conflicts_and_paus
         assert body["jobs"]["b"] == {"action": "conflict",
                                      "error": {"code": "conflict", "message": "job 'b' exists", "field": "name"}}
         assert body["jobs"]["a"]["pauses"] is True and body["paused"] is True and body["conflicts"] == 1
-        # A job paused already is not paused again.
+        # A job paused already is not paused again; a drift check sees it paused (a walk: a job
+        # paused by hand passed as "unchanged").
         assert (await c.post("/v1/jobs/b/pause")).status == 200
         before = len(env.raft.proposed)
         r = await batch(c, {}, raw={"jobs": {"b": AT}, "dry_run": True, "paused": True})
-        assert "pauses" not in (await r.json())["jobs"]["b"]
+        res = (await r.json())["jobs"]["b"]
+        assert "pauses" not in res and res["paused_in_cluster"] is True, res
+        r = await batch(c, {}, raw={"jobs": {"b": AT}, "dry_run": True})
+        assert (await r.json())["jobs"]["b"] == {"action": "unchanged", "paused_in_cluster": True,
+                                                 "next_slot": "2099-01-01T00:00:00Z"}
         assert env.raft.proposed[before:] == [] and "a" not in env.state.jobs
     run(t)
 

@@ -139,6 +139,9 @@ def test_client_subcommands(tmp_path):
         wait_for(lambda: run in [r["id"] for r in json.loads(cli("dlq", *base).stdout)["runs"]], 30, "run dead")
         p = cli("requeue", run, *base)
         assert p.returncode == 0 and json.loads(p.stdout)["attempt"] == 2, p.stdout
+        p = cli("run", run, *base)  # one run by its id (a walk found no command for it)
+        assert p.returncode == 0 and json.loads(p.stdout)["id"] == run and json.loads(p.stdout)["attempts"], p.stdout
+        assert cli("run", "cj@1", *base).returncode == 1
         p = cli("get", "nope", *base)
         assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "not_found"
         p = cli("put", "cj", "-", "--url", c.url(0), "--token", "wrong" * 8, stdin=json.dumps(spec))

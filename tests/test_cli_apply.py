@@ -201,6 +201,12 @@ def test_a_dry_run_asks_the_node_and_prints_the_plan(node, jobs_file, token_file
     out = capsys.readouterr().out
     assert "= unchanged a" in out and "warning: deadline: a heartbeat job" in out  # unchanged, but a warning
     assert "payload: (9000 bytes) -> 1" in out and "shown by their size" in out
+    n.script[:] = [_plan(a={"action": "unchanged", "next_slot": None, "paused_in_cluster": True},
+                         b={"action": "create", "next_slot": None, "pauses": True})]
+    assert cli.main(["apply", jobs_file("a", "b"), "--url", n.url, "--token-file", token_file, "-o", "table",
+                     "--dry-run", "--paused"]) == 0
+    out = capsys.readouterr().out
+    assert "= unchanged a  [paused in the cluster" in out and ", 1 to pause, 1 paused in the cluster (dry" in out
     n.script[:] = [_plan(a={"action": "conflict", "error": {"code": "conflict", "message": "job 'a' exists"}})]
     assert _apply(n, jobs_file("a"), token_file, "--dry-run", "--create-only") == 1
     assert n.seen[-1][2]["create_only"] is True
@@ -211,3 +217,28 @@ def test_exit_code_without_dry_run_is_a_usage_error(node, jobs_file, token_file,
     assert _apply(n, jobs_file("a"), token_file, "--exit-code") == 2
     assert "--exit-code goes with --dry-run" in capsys.readouterr().err and not n.seen
     assert _apply(n, "/nonexistent/jobs.json", token_file, "--exit-code") == 2  # (before the file is read)
+
+
+def test_a_terminal_shows_a_nodes_error_whole_with_every_invalid_job(node, jobs_file, token_file, capsys):
+    """A walk: on a terminal a batch's 422 was a table of cells cut at 48 characters, its four
+    invalid jobs one cut cell. The error is printed whole, each invalid job on a line of its own."""
+    long = "cron needs 5 fields (m h dom mon dow) or 6 with seconds first; got 4"
+    errors = [{"job": "typo", "field": "schedule.cron", "message": long},
+              {"job": "badtz", "field": "schedule.timezone", "message": "unknown time zone 'Mars/Olympus'"}]
+    n = node((422, {"error": {"code": "invalid", "message": f"job 'typo': {long}", "field": "schedule.cron",
+                              "job": "typo", "invalid": 2, "errors": errors}}))
+    rc = cli.main(["apply", jobs_file("typo", "badtz"), "--url", n.url, "--token-file", token_file, "-o", "table",
+                   "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 1 and f"error: invalid: job 'typo': {long}" in out, out
+    assert f"    typo  schedule.cron  {long}" in out and "    badtz  schedule.timezone  unknown time zone" in out
+    assert "…" not in out
+
+
+def test_a_queued_runs_reason_in_a_table_is_what_it_waits_for():
+    from raftsched import cli_output
+    runs = {"runs": [{"id": "j@1", "state": "queued", "slot": "x", "attempt": 1, "reason": None,
+                      "waiting_for": "no worker has a handler for its target"},
+                     {"id": "j@2", "state": "skipped", "slot": "y", "attempt": None, "reason": "misfire"}]}
+    text = cli_output.table(runs)
+    assert "no worker has a handler" in text and "misfire" in text

@@ -1139,3 +1139,23 @@ def test_a_worker_that_says_its_handlers_is_granted_only_their_runs_and_a_long_p
         await lease(c, "old/1", wait_s=0)
         assert "targets" not in env.state.workers["old/1"]
     run(t)
+
+
+def test_a_dry_runs_audit_record_says_it_was_one(tmp_path):
+    """A walk: the audit log told a batch's dry run from its apply by nothing (both POST, 200)."""
+    audit = AuditLog(str(tmp_path / "audit.jsonl"), "node-1")
+
+    async def t(env, c):
+        for dry in (True, False):
+            r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"j": SPEC}, "dry_run": dry}), headers=AUTH)
+            assert r.status == 200, await r.text()
+        await put_job(env, "k")
+        r = await c.post("/v1/jobs/k/backfills", headers=AUTH, data=json.dumps(
+            {"from": "2020-01-01T00:00:00Z", "to": "2020-01-01T03:00:00Z", "dry_run": True}))
+        assert r.status in (200, 422), await r.text()
+    run(t, audit)
+    audit.close()
+    recs = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    batch = [r["target"] for r in recs if r["route"] == "/v1/jobs:batch"]
+    assert batch == [{"dry_run": "true"}, {}], recs
+    assert [r["target"] for r in recs if r["route"].endswith("/backfills")] == [{"name": "k", "dry_run": "true"}]

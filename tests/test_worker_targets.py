@@ -103,14 +103,22 @@ def test_a_run_waits_for_a_handler_only_so_long_then_any_worker_of_its_app_may_t
     up at the head of the app's queue, one a slot, until acquire's scan (2 000 entries) found
     nothing behind them: the app's other jobs stopped. Past limits.handler_wait_ms since it was
     due, a worker without the handler takes it (and fails it, naming the handler, as before)."""
-    s = state_with(("new", py(NEW)), ("old", py(OLD)))
+    s = state_with(("new", py(NEW, retry={"max_attempts": 3, "backoff_s": 1})), ("old", py(OLD)))
     with_targets(s, T0, [OLD], worker="old-worker")
     rid = trig(s, "new", T0)
-    due = s.runs[rid]["due"]
+    due = s.runs[rid]["fired_at"]
     scan = lambda now, t: queries.ready_scan(s, None, {}, None, now, 100, 10, (), None, frozenset([t]))[0]  # noqa: E731
     assert acq(s, due + limits.handler_wait_ms - 1, worker="old-worker") == [] and scan(due + limits.handler_wait_ms - 1, OLD) == 0
     assert scan(due + limits.handler_wait_ms, OLD) == 1
-    assert [g["id"] for g in acq(s, due + limits.handler_wait_ms, worker="old-worker")] == [rid]
+    got = acq(s, due + limits.handler_wait_ms, worker="old-worker")
+    assert [g["id"] for g in got] == [rid]
+    # Refused (no handler): its retry is not held back another 5 minutes (a walk saw N x 5 min
+    # before a run reached the dead-letter queue).
+    t = due + limits.handler_wait_ms + 10
+    assert do(s, "complete", t, run=rid, token=got[0]["token"], success=False, error="no handler")["ok"]
+    assert s.runs[rid]["state"] == "queued" and s.runs[rid]["attempt"] == 2
+    again = acq(s, s.runs[rid]["due"], worker="old-worker")
+    assert [g["id"] for g in again] == [rid]
 
 
 def test_the_dispatchers_count_skips_what_the_worker_has_no_handler_for():

@@ -92,7 +92,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         dedicated = w.get("dedicated", ())  # (a record holds the key only when it is not empty)
         # The python targets it has handlers for (workers.TARGETS), or None: any. A run of
         # another executor type has no target: _NO_TARGET, which the set holds, passes. A run
-        # due limits.handler_wait_ms ago or more passes too (the worker refuses it, visibly).
+        # made limits.handler_wait_ms ago or more (its first attempt's fire, whatever its retries)
+        # passes too: the worker refuses it, visibly.
         has = w.get("targets")
         targets = None if has is None else frozenset(has).union((_NO_TARGET,))
     else:
@@ -167,7 +168,7 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                             held.add(rid)
                             continue
                         if targets is not None and spec["executor"].get("target", _NO_TARGET) not in targets \
-                                and now - due < handler_wait:
+                                and now - run["fired_at"] < handler_wait:
                             held_back.append((h, (due, rid)))  # a worker with its handler takes it
                             held.add(rid)
                             continue
@@ -254,7 +255,7 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 held.add(entry[1])
                 continue
         if targets is not None and job is not None and job["spec"]["executor"].get("target", _NO_TARGET) not in targets \
-                and now - entry[0] < handler_wait:
+                and now - run["fired_at"] < handler_wait:
             held_back.append((best_h, entry))  # a worker with its handler takes it
             held.add(entry[1])
             continue

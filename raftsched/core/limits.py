@@ -381,10 +381,11 @@ worker_version_chars_max = 64
 #: and its worker takes every run of the app (refusing those it has no handler for).
 worker_targets_max = 128
 worker_target_chars_max = 120
-#: How long a python run waits, once due, for a worker that said it has its handler (the fact
-#: ``targets``: leases.apply_acquire) before a worker of its app without it may take it (and fail
-#: it, naming the handler it lacks): a rolling deploy's minutes, not the hours a handler removed
-#: without a prune would pile its runs up in front of the app's other jobs.
+#: How long a python run waits, from when it was made (its ``fired_at``: its retries wait no
+#: more), for a worker that said it has its handler (the fact ``targets``: leases.apply_acquire)
+#: before a worker of its app without it may take it (and fail it, naming the handler it lacks):
+#: a rolling deploy's minutes, not the hours a handler removed without a prune would pile its runs
+#: up in front of the app's other jobs.
 handler_wait_ms = 300_000
 assert (worker_targets_max * (worker_target_chars_max + 2) + worker_labels_max * 2 * (worker_label_chars_max + 2)
         + 64 * (64 + 2) + 2048 < 32 * 1024)  # a hello fits a command (token_tenants_max of tenants)

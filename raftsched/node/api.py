@@ -29,7 +29,7 @@ from . import auth as auth_module
 from . import limits as node_limits
 from . import build, dashboard, notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
-                   TRIGGER, UNCHANGED, WORKER, ClientGone, bool_param, choice_param, client_key, int_param, json_body,
+                   TRIGGER, UNCHANGED, WORKER, DRY_RUN, ClientGone, bool_param, choice_param, client_key, int_param, json_body,
                    json_response, label_params, optional_json_body, read_body, rid, scope_key, state_param,
                    tenants_of, job_param, queue_param, time_param)
 from .routes import CONSISTENT, OPEN, STALE, Param, Route, Tenancy
@@ -281,7 +281,9 @@ def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) 
         return
     audit_log.record(
         now_ms=now_ms, source=request.remote, token=p.id, role=p.role,
-        method=request.method, route=path or request.path, target=dict(request.match_info), status=status,
+        method=request.method, route=path or request.path,
+        target=dict(request.match_info, dry_run="true") if request.get(DRY_RUN) else dict(request.match_info),
+        status=status,
         auth="denied" if denied else "allowed",
         request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"), agent=agent)
 
@@ -557,6 +559,7 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
         body = await json_body(request.clone(client_max_size=limit))
     except web.HTTPRequestEntityTooLarge:
         return too_large
+    _dry_run_noted(request, body)
     return json_response(await svc.put_jobs(body, client_key(request), tenants_of(request),
                                                 lambda key: scope_key(request, key), by=_principal_id(request)))
 
@@ -762,8 +765,16 @@ _BACKFILL_KINDS = ("backfill", "requeue", "purge")
 _BACKFILL_STATES = ("running", "paused", "done", "cancelled")
 
 
+def _dry_run_noted(request: web.Request, body) -> None:
+    """A body that asks only what it would do: its audit record says ``dry_run``."""
+    if isinstance(body, dict) and body.get("dry_run") is True:
+        request[DRY_RUN] = True
+
+
 async def create_backfill(request: web.Request) -> web.Response:
-    status, body = await request.app[BACKFILLS].create(request.match_info["name"], await json_body(request),
+    body = await json_body(request)
+    _dry_run_noted(request, body)
+    status, body = await request.app[BACKFILLS].create(request.match_info["name"], body,
                                                        rid(request), tenants_of(request))
     return json_response(body, status=status)
 
@@ -785,6 +796,7 @@ async def control_backfill(request: web.Request) -> web.Response:
 
 async def _dlq_bulk(request: web.Request, action: str) -> web.Response:
     body = await optional_json_body(request, {})
+    _dry_run_noted(request, body)
     status, out = await request.app[BACKFILLS].dlq_bulk(action, body, rid(request))
     return json_response(out, status=status)
 

@@ -639,7 +639,8 @@ class FleetCollector:
             yield losses
             yield rel
         un = GaugeMetricFamily("raftsched_runs_unplaceable",
-                               "queued runs whose placement no live worker serving the queue satisfies", labels=["queue"])
+                               "queued runs no live worker serving the queue may take (its placement, tenant or handler)",
+                               labels=["queue"])
         # The walk of the queued runs, outside the replica's lock (core/worker_queries.py).
         counts = {} if g["unplaceable"] is None else queries.unplaceable_walk(g["unplaceable"])
         for q, n in sorted(counts.items()):

@@ -44,6 +44,9 @@ CLAIMED = web.RequestKey("claimed_token", str)
 #: Set by a handler whose request changed nothing (a lease long-poll answered with no runs and no
 #: registration): not an audit record, however its route is classed (node/api.py record_audit).
 UNCHANGED = web.RequestKey("unchanged", bool)
+#: Set by a handler of a request that only asked what it would do (``"dry_run": true``): its audit
+#: record's target says so (an auditor told a batch's dry run from its apply by nothing).
+DRY_RUN = web.RequestKey("dry_run", bool)
 
 
 def dumps(value: Any) -> str:

@@ -443,7 +443,7 @@ def _more_responses() -> dict[str, Schema]:
                 "action": {"enum": ["create", "replace", "unchanged", "conflict"]},
                 "changes": {"type": "array", "items": _open({"field": s, "from": {}, "to": {}, "from_bytes": i,
                                                              "to_bytes": i}, ("field",))},
-                "pauses": _BOOL, "next_slot": s_or_null}, ("action",))},
+                "pauses": _BOOL, "paused_in_cluster": _BOOL, "next_slot": s_or_null}, ("action",))},
                    "create": i, "replace": i, "unchanged": i, "conflicts": i, "values_left_out": _BOOL},
                   ("dry_run", "jobs", "create", "replace", "unchanged", "conflicts"),
                   description="a dry run: what each job would become; nothing changed")]},

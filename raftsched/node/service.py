@@ -511,7 +511,8 @@ class Service:
         Each job's result: ``action`` ``create``, ``replace`` (with ``changes``: ``field``, and
         ``from`` and ``to`` as a read shows them, each left out where the field is absent),
         ``unchanged`` (its spec as stored), or ``conflict`` (``create_only`` and it exists, with
-        the ``error`` the batch would answer); ``pauses`` when ``paused`` would pause it; its
+        the ``error`` the batch would answer); ``pauses`` when ``paused`` would pause it,
+        ``paused_in_cluster`` when it is paused (and stays so); its
         ``next_slot`` as the batch would store it; its ``warnings``."""
         fp = self.fingerprint
         kid = None
@@ -550,6 +551,8 @@ class Service:
             if res["action"] != "conflict":
                 if paused and (old is None or not old["paused"]):
                     res["pauses"] = True
+                elif old is not None and old["paused"]:
+                    res["paused_in_cluster"] = True  # (the batch leaves it paused: a drift to see)
                 res["next_slot"] = schedule.iso(self._position(name, spec.get("schedule"), now, memo)[2])
                 warnings = self._warnings(spec, tenants)
                 if warnings:

@@ -419,8 +419,10 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         task.cancel()
         await asyncio.gather(task, stop_w, drain_w, return_exceptions=True)
         await channel.close()
-        log.info("worker %s: stopped (%d completed, %d refused, %d given back%s)", cfg.worker_id,
+        no_handler = getattr(cfg.executor_lookup, "refused", 0)  # (--app: runs it had no handler for)
+        log.info("worker %s: stopped (%d completed, %d outcomes refused as stale, %d given back%s%s)", cfg.worker_id,
                  lease_loop.completed, lease_loop.refused, lease_loop.released,
+                 f", {no_handler} run(s) failed for want of a handler" if no_handler else "",
                  f"; {lease_loop.lingering} handler thread(s) still running, abandoned" if lease_loop.lingering else "")
     failure = None if task.cancelled() else task.exception()
     if failure is not None:
