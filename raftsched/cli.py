@@ -882,6 +882,9 @@ def _member_add(a, c: Client) -> int:
 def _sync(a, c: Client) -> int:
     """``raftsched sync``: raftsched/sdk/sync.py (imported here: no other subcommand needs it)."""
     from .sdk import sync
+    if a.exit_code and not a.dry_run:
+        print("raftsched sync: --exit-code goes with --dry-run", file=sys.stderr)
+        return 2
     a.json = a.json or a.output == "json"  # -o json is --json here; the plan is text otherwise
     return sync.run(a, c)
 
@@ -1190,6 +1193,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("app", help="MODULE:ATTR of the raftsched.App, e.g. myproject.jobs:app (MODULE is imported "
                                "from the current directory first)")
     c.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    c.add_argument("--exit-code", action="store_true",
+                   help="with --dry-run: exit 3 when the sync would create, update or delete a job (a drift check), "
+                        "0 when it would not")
     c.add_argument("--prune", action="store_true", help="delete this app's jobs that are no longer declared")
     c.add_argument("--json", action="store_true", help="print the plan (and what was applied) as JSON")
 

@@ -341,3 +341,34 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
 
     asyncio.run(main())
     assert called == {name for _, name, *_ in CALLS}
+
+
+def test_a_job_with_a_secret_syncs_once_and_a_drift_check_says_so(cluster, tmp_path):
+    """A walk: a sync of a job with a secret planned 'update secrets.API_KEY' every time and
+    rewrote the job (a read shows a secret as its fingerprint, never the value the app declares),
+    so an SDK app had no drift check. The nodes compare it (a batch's dry run); ``--dry-run
+    --exit-code`` exits 3 when something would change, 0 when nothing would."""
+    mod = tmp_path / "secret_jobs.py"
+    mod.write_text(textwrap.dedent("""
+        from raftsched import App
+        app = App("secretive", misfire="skip")
+
+        @app.job("secretive-sync", every_s=3600, secrets={"API_KEY": "s3cr3t-v1"})
+        def sync_it(ctx):
+            return None
+    """))
+    rc, out, err = sync(cluster, "secret_jobs:app", "--dry-run", "--exit-code", cwd=tmp_path)
+    assert rc == 3 and "create     secretive-sync" in out, (out, err)
+    assert sync(cluster, "secret_jobs:app", cwd=tmp_path)[0] == 0
+    gen = job(cluster, "secretive-sync")["state"]["generation"]
+    rc, out, err = sync(cluster, "secret_jobs:app", "--dry-run", "--exit-code", cwd=tmp_path)
+    assert rc == 0 and "0 to update, 1 unchanged" in out, (out, err)
+    rc, out, err = sync(cluster, "secret_jobs:app", cwd=tmp_path)
+    assert rc == 0 and "nothing to change" in out, (out, err)
+    assert job(cluster, "secretive-sync")["state"]["generation"] == gen
+    # Another value: an update, shown by its field only.
+    mod.write_text(mod.read_text().replace("s3cr3t-v1", "s3cr3t-v2"))
+    rc, out, err = sync(cluster, "secret_jobs:app", "--dry-run", "--exit-code", cwd=tmp_path)
+    assert rc == 3 and "secrets.API_KEY" in out and "s3cr3t" not in out, (out, err)
+    rc, out, err = sync(cluster, "secret_jobs:app", "--exit-code", cwd=tmp_path)
+    assert rc == 2 and "--exit-code goes with --dry-run" in err

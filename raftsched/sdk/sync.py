@@ -12,6 +12,7 @@ loaded.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -223,6 +224,40 @@ def _print_applied(a: dict) -> None:
           + (f", {len(a['skipped'])} not deleted (no longer this app's)" if a["skipped"] else ""))
 
 
+#: ``sync --dry-run --exit-code``'s status when the sync would change something (as ``apply
+#: --dry-run --exit-code``'s: 2 is a usage error's, 1 an error's).
+DRIFT_EXIT = 3
+
+#: Where a spec holds secret values (node/redact.py SECRET_MAPS): a read shows them as
+#: ``***:fingerprint``, so a declaration in clear always differs from the cluster's view of them.
+_SECRET_PREFIXES = ("secrets.", "executor.env.", "executor.headers.")
+
+
+def settle_secrets(client, app: App, p: Plan) -> Plan:
+    """``p`` with the updates whose every changed field is a secret value asked of the nodes
+    (``POST /v1/jobs:batch`` with ``dry_run``: they compare a value in clear with the stored one by
+    its fingerprint): those the nodes find unchanged are unchanged. Without it a sync of a job with
+    a secret rewrote the job every time, and could never say "nothing to change" (a walk). A node
+    of a version before the dry run refuses it: the plan stays as it was."""
+    suspects = [u.job for u in p.update
+                if u.fields and all(f.startswith(_SECRET_PREFIXES) for f in u.fields)]
+    if not suspects:
+        return p
+    specs = app.specs()  # (what the sync would send: its secrets in clear, not the views' redactions)
+    same: set[str] = set()
+    try:
+        for part in job_batches(suspects, specs):
+            res = client.put_jobs({n: specs[n] for n in part}, dry_run=True)
+            same |= {n for n, r in (res.get("jobs") or {}).items()
+                     if isinstance(r, dict) and r.get("action") == "unchanged"}
+    except RaftschedError:
+        return p
+    if not same:
+        return p
+    return dataclasses.replace(p, update=tuple(u for u in p.update if u.job not in same),
+                               unchanged=tuple(sorted(set(p.unchanged) | same)))
+
+
 def run(args: Any, client) -> int:
     """The ``raftsched sync`` subcommand (cli.py): ``args.app``, ``args.dry_run``,
     ``args.prune``, ``args.json``; ``client`` a raftsched.client.Client."""
@@ -236,6 +271,7 @@ def run(args: Any, client) -> int:
         return _fail(e)
     p = plan(app.name, app.views(), existing, prune=args.prune)
     try:
+        p = settle_secrets(client, app, p)
         blocked = blocked_deletes(client, app, p)
     except RaftschedError as e:
         return _fail(e)
@@ -275,6 +311,8 @@ def run(args: Any, client) -> int:
         _print_applied(out["applied"])
     elif not p.changes:
         print("nothing to change")
+    if args.dry_run and getattr(args, "exit_code", False) and p.changes:
+        return DRIFT_EXIT
     a = out["applied"]
     if a is not None and (a["refused"] or a["skipped"]):
         for n, err in sorted(a["refused"].items()):
