@@ -177,3 +177,31 @@ def test_a_tenants_operator_cannot_fill_the_clusters_jobs(monkeypatch):
         s, b = await call("PUT", "/v1/jobs/j9", body=http_job("a", "qa"))  # the admin's token
         assert s == 201, b
     run(t)
+
+
+def test_a_limited_tokens_job_without_a_tenant_is_told_which_tenant_to_give_it():
+    """A walk: a spec without "tenant" is the default tenant's, and a token limited to billing
+    was refused it with no word of how to fix it."""
+    async def t(call, operator, state):
+        tok = await operator("billing")
+        job = http_job("billing", "qb")
+        del job["tenant"]
+        s, b = await call("PUT", "/v1/jobs/nightly", token=tok, body=job)
+        assert s == 403 and b["error"]["field"] == "tenant", b
+        assert b["error"]["message"].endswith('give the job "tenant": "billing"'), b
+    run(t)
+
+
+def test_a_batch_refused_for_its_tenants_lists_every_job_refused():
+    """A walk fixed a batch's tenancy refusals one request at a time: each named only the first."""
+    async def t(call, operator, state):
+        tok = await operator("billing")
+        jobs = {"a-ok": http_job("billing", "qb"), "b-other": http_job("acme", "qb"),
+                "c-default-queue": http_job("billing", "default"), "d-other": http_job("acme", "qa")}
+        s, b = await call("POST", "/v1/jobs:batch", token=tok, body={"jobs": jobs})
+        e = b["error"]
+        assert s == 403 and e["job"] == "b-other" and e["refused"] == 3, b
+        assert [(x["job"], x["field"], x["status"]) for x in e["errors"]] == [
+            ("b-other", "tenant", 403), ("c-default-queue", "queue", 403), ("d-other", "tenant", 403)]
+        assert not state.jobs
+    run(t)

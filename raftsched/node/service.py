@@ -391,12 +391,21 @@ class Service:
         access = None
         if tenants is not None:  # whose queues they are: one walk of the jobs for the whole batch
             access = self.read(queries.queues_access, {s["queue"] for s in specs.values()}, set(specs))
+        refused: list[tuple[str, Forbidden | Conflict]] = []
         for name, spec in specs.items():
             try:
                 claims[name] = self.check_write(name, spec, tenants, access)
             except (Forbidden, Conflict) as e:
-                raise type(e)(f"job {name!r}: {e.message}", field=e.field, job=name,
-                              **{k: v for k, v in e.extra.items() if k == "tenant"}) from None
+                refused.append((name, e))
+        if refused:
+            # Every job refused is listed (a walk fixed them one request at a time), the first
+            # named, with its status: nothing is proposed.
+            name, e = refused[0]
+            errors = [{"job": n, "field": x.field, "message": x.message, "status": x.http_status}
+                      for n, x in refused[:node_limits.batch_errors_listed_max]]
+            raise type(e)(f"job {name!r}: {e.message}", field=e.field, job=name,
+                          **{k: v for k, v in e.extra.items() if k == "tenant"},
+                          **({"refused": len(refused), "errors": errors} if len(refused) > 1 else {})) from None
         if tenants is not None:
             self._check_tenant_room(specs)
         piped = any("after" in spec for spec in specs.values())

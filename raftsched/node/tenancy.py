@@ -112,8 +112,11 @@ def check_job(svc, tenants: frozenset | None, name: str, spec: dict, access: dic
     :raises Conflict: the name is another tenant's job's (``name``)."""
     t = spec["tenant"]
     if tenants is not None and t not in tenants:
+        # (a spec without "tenant" is the default tenant's: the likeliest mistake, so say how)
+        hint = "" if t != "default" else (f'; give the job "tenant": "{next(iter(tenants))}"' if len(tenants) == 1
+                                          else f'; give the job a "tenant" (one of {_names(tenants)})')
         raise Forbidden(f"this token is limited to tenants {_names(tenants)}: it cannot "
-                        f"put job {name!r} in tenant {t!r}", field="tenant", tenant=t)
+                        f"put job {name!r} in tenant {t!r}{hint}", field="tenant", tenant=t)
     broken = svc.read(queries.policy_check, spec, tenants is not None)
     if broken is not None:
         field, why = broken
