@@ -65,6 +65,12 @@ class StubClient:
                 res[n] = {"created": n not in self.jobs, "gen": 1, "next_slot": None}
         return {"jobs": res, "created": 0, "replaced": 0, "conflicts": len(self.batch_errors), "commands": 1}
 
+    def workers(self):
+        """One live worker of every app, that says nothing of its handlers: takes any run."""
+        apps = {(s.get("labels") or {}).get("raftsched.app") for s in self.jobs.values()} - {None}
+        return {"workers": [{"id": f"w-{a}", "status": "active", "labels": {"raftsched.app": a}, "targets": None}
+                            for a in sorted(apps)] or [{"id": "w", "status": "active", "labels": {}, "targets": None}]}
+
     def graph(self, name):
         """The edges of the stored jobs' ``after``, as GET /v1/jobs/{name}/graph has them."""
         if name not in self.jobs:

@@ -184,3 +184,37 @@ def test_an_apps_targets_are_its_handlers_unless_there_are_too_many(monkeypatch)
     monkeypatch.setattr(limits, "worker_targets_max", 1)
     assert ex.targets() is None
     assert AppExecutors(App("empty"), "tests.x:app").targets() is None  # ([] is no list of targets)
+
+
+def test_a_sync_says_when_no_live_worker_of_the_app_has_a_new_jobs_handler():
+    """A walk: a sync declared a job no live worker of its app could run, without a word."""
+    import sdk_targets
+    from raftsched.core.errors import Forbidden
+    from raftsched.sdk import App
+    from raftsched.sdk.plan import plan
+    from raftsched.sdk.sync import handler_warnings
+
+    app = App("reports")
+    app.job("old", every_s=60, misfire="skip")(sdk_targets.report)
+    app.job("new", every_s=60, misfire="skip")(sdk_targets.other)
+    old_target = app.jobs["old"].target
+    p = plan("reports", app.views(), {"old": app.views()["old"]})
+    assert p.create == ("new",)
+
+    class Workers:
+        def __init__(self, ws=None, error=None):
+            self.ws, self.error = ws, error
+
+        def workers(self):
+            if self.error:
+                raise self.error
+            return {"workers": self.ws}
+
+    def w(targets, status="active", app_name="reports"):
+        return {"id": "w", "status": status, "labels": {"raftsched.app": app_name}, "targets": targets}
+    lines = handler_warnings(Workers([w([old_target])]), app, p)
+    assert len(lines) == 1 and "has the handler of new" in lines[0] and "deploy the workers first" in lines[0]
+    assert handler_warnings(Workers([w([old_target]), w(None)]), app, p) == []  # one takes any
+    assert handler_warnings(Workers([w([old_target, app.jobs["new"].target])]), app, p) == []
+    assert "no live worker of app 'reports'" in handler_warnings(Workers([w([old_target], status="gone")]), app, p)[0]
+    assert handler_warnings(Workers(error=Forbidden("no read")), app, p) == []  # (a token that may not read)

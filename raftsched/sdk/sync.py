@@ -258,6 +258,38 @@ def settle_secrets(client, app: App, p: Plan) -> Plan:
                                unchanged=tuple(sorted(set(p.unchanged) | same)))
 
 
+def handler_warnings(client, app: App, p: Plan) -> list[str]:
+    """What the sync should say of the jobs it creates or updates that no live worker of the app
+    can run now: none is live, or every live one said its handlers (``targets``) and none has
+    the job's (a worker of an older version of the app). Their runs wait for one (5 minutes,
+    docs/sdk.md "Versions"). Nothing when the workers cannot be read (a token without ``read``)."""
+    names = list(p.create) + [u.job for u in p.update]
+    specs = app.specs()
+    placed = [n for n in names if ((specs[n].get("placement") or {}).get("labels") or {}).get(APP_LABEL) == app.name]
+    if not placed:
+        return []
+    try:
+        ws = client.workers().get("workers") or []
+    except RaftschedError:
+        return []
+    mine = [w for w in ws if isinstance(w, dict) and (w.get("labels") or {}).get(APP_LABEL) == app.name
+            and w.get("status") == "active"]
+    if not mine:
+        return [f"no live worker of app {app.name!r} ({APP_LABEL}={app.name}): the runs of "
+                f"{', '.join(placed[:5])}{' ...' if len(placed) > 5 else ''} wait until one asks for work "
+                f"(raftsched worker --app)"]
+    if any(w.get("targets") is None for w in mine):
+        return []  # (a worker that says nothing of its handlers takes any run of the app)
+    have = {t for w in mine for t in w["targets"]}
+    lacking = [n for n in placed if specs[n].get("executor", {}).get("target") not in have]
+    if not lacking:
+        return []
+    return [f"no live worker of app {app.name!r} has the handler of {', '.join(lacking[:5])}"
+            f"{' ...' if len(lacking) > 5 else ''} (they run a version of the app without it): its runs wait up "
+            f"to 5 minutes for one that has it, then fail on the others; deploy the workers first (docs/sdk.md, "
+            f"\"Versions\")"]
+
+
 def run(args: Any, client) -> int:
     """The ``raftsched sync`` subcommand (cli.py): ``args.app``, ``args.dry_run``,
     ``args.prune``, ``args.json``; ``client`` a raftsched.client.Client."""
@@ -293,6 +325,8 @@ def run(args: Any, client) -> int:
             print(json.dumps(out, indent=2))
         print(f"raftsched sync: {msg}", file=sys.stderr)
         return 1
+    for line in handler_warnings(client, app, p):
+        print(f"raftsched sync: warning: {line}", file=sys.stderr)
     if not args.dry_run and p.changes:
         done = new_applied()
         try:
