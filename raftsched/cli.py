@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import ssl
 import sys
@@ -575,8 +576,9 @@ def _read_json(path: str):
         print(f"raftsched: {path}: {e.message}", file=sys.stderr)
         return None
     except (ValueError, RecursionError) as e:
-        first = text.lstrip()[:1]
-        hint = "" if first in ("{", "[", '"') or not first else " (this reads JSON only: a YAML file is not read; convert it)"
+        first_line = text.lstrip().split("\n", 1)[0]
+        yaml_like = first_line.startswith("---") or re.match(r"[A-Za-z_][\w.-]*\s*:", first_line) is not None
+        hint = " (this reads JSON only: a YAML file is not read; convert it)" if yaml_like else ""
         print(f"raftsched: {path}: malformed JSON: {e}{hint}", file=sys.stderr)
         return None
 

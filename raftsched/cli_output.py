@@ -184,6 +184,8 @@ def _error_block(err: dict) -> str:
     if _is_records(errs):
         lines.append(f"  errors ({len(errs)}):")
         lines += [f"    {e.get('job', '')}  {e.get('field') or ''}  {e.get('message', '')}".rstrip() for e in errs]
+    elif errs is not None:
+        lines.append(f"  errors: {_cell(errs, whole=True)}")
     return "\n".join(lines)
 
 

@@ -117,8 +117,34 @@ def test_a_run_waits_for_a_handler_only_so_long_then_any_worker_of_its_app_may_t
     t = due + limits.handler_wait_ms + 10
     assert do(s, "complete", t, run=rid, token=got[0]["token"], success=False, error="no handler")["ok"]
     assert s.runs[rid]["state"] == "queued" and s.runs[rid]["attempt"] == 2
+    r = restored(s)  # (the mark is replicated state: a restored replica decides alike)
+    assert r.snapshot() == s.snapshot() and r.runs[rid]["handler_waited"] is True
     again = acq(s, s.runs[rid]["due"], worker="old-worker")
     assert [g["id"] for g in again] == [rid]
+    # Dead; a handler deployed since, then requeued by hand: it waits for a worker with it again.
+    assert do(s, "complete", t + 5000, run=rid, token=again[0]["token"], success=False, error="no handler")["ok"]
+    last = acq(s, s.runs[rid]["due"], worker="old-worker")  # (attempt 3: at once too)
+    assert [g["id"] for g in last] == [rid]
+    assert do(s, "complete", t + 9000, run=rid, token=last[0]["token"], success=False, error="no handler")["ok"]
+    assert s.runs[rid]["state"] == "dead"
+    t2 = t + 3600_000
+    assert do(s, "dlq_requeue", t2, run=rid)["ok"]
+    assert acq(s, t2 + 1, worker="old-worker") == []
+
+
+def test_a_retry_of_a_run_that_failed_on_a_worker_with_its_handler_waits_for_one_again():
+    """A review: counted from when it was made, the wait let any retry made 5 minutes later go
+    to a worker without the handler at once (a run that ran 10 minutes and failed for its own
+    reasons). Only a run already refused for want of a handler waits no more."""
+    s = state_with(("new", py(NEW, retry={"max_attempts": 3, "backoff_s": 1})))
+    with_targets(s, T0, [OLD], worker="old-worker")
+    with_targets(s, T0, [NEW], worker="new-worker")
+    rid = trig(s, "new", T0)
+    got = acq(s, T0 + 1, worker="new-worker")
+    t = T0 + 10 * 60_000
+    with_targets(s, t, [OLD], worker="old-worker")
+    assert do(s, "complete", t, run=rid, token=got[0]["token"], success=False, error="its own failure")["ok"]
+    assert acq(s, s.runs[rid]["due"], worker="old-worker") == []
 
 
 def test_the_dispatchers_count_skips_what_the_worker_has_no_handler_for():

@@ -91,9 +91,9 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         labels = w["labels"]
         dedicated = w.get("dedicated", ())  # (a record holds the key only when it is not empty)
         # The python targets it has handlers for (workers.TARGETS), or None: any. A run of
-        # another executor type has no target: _NO_TARGET, which the set holds, passes. A run
-        # made limits.handler_wait_ms ago or more (its first attempt's fire, whatever its retries)
-        # passes too: the worker refuses it, visibly.
+        # another executor type has no target: _NO_TARGET, which the set holds, passes. A run due
+        # limits.handler_wait_ms ago or more passes too, and is marked (HANDLER_WAITED): the
+        # worker refuses it, visibly, and its retries wait no more (a DLQ requeue clears it).
         has = w.get("targets")
         targets = None if has is None else frozenset(has).union((_NO_TARGET,))
     else:
@@ -160,6 +160,7 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                             or run.get("due", run["slot"]) != due or run["queue"] != q or rid in held:
                         continue  # stale index entry
                     scanned += 1
+                    lacks = False
                     job = jobs.get(run["job"])
                     if job is not None:
                         spec = job["spec"]
@@ -167,11 +168,12 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                             held_back.append((h, (due, rid)))  # another worker runs this executor type
                             held.add(rid)
                             continue
-                        if targets is not None and spec["executor"].get("target", _NO_TARGET) not in targets \
-                                and now - run["fired_at"] < handler_wait:
-                            held_back.append((h, (due, rid)))  # a worker with its handler takes it
-                            held.add(rid)
-                            continue
+                        if targets is not None and spec["executor"].get("target", _NO_TARGET) not in targets:
+                            if HANDLER_WAITED not in run and now - due < handler_wait:
+                                held_back.append((h, (due, rid)))  # a worker with its handler takes it
+                                held.add(rid)
+                                continue
+                            lacks = True
                         if policed or LIMITED in spec:
                             why = dispatch_refusal(s, spec)
                             if why is not None:
@@ -193,6 +195,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                                 held.add(rid)
                                 continue
                     tok += 1  # I13: one counter, only increases
+                    if lacks:
+                        run[HANDLER_WAITED] = True
                     run["state"] = "running"
                     run["fencing_token"] = tok
                     run["worker"] = worker
@@ -254,8 +258,9 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 held_back.append((best_h, entry))  # another node runs this executor type
                 held.add(entry[1])
                 continue
-        if targets is not None and job is not None and job["spec"]["executor"].get("target", _NO_TARGET) not in targets \
-                and now - run["fired_at"] < handler_wait:
+        lacks = targets is not None and job is not None \
+            and job["spec"]["executor"].get("target", _NO_TARGET) not in targets
+        if lacks and HANDLER_WAITED not in run and now - entry[0] < handler_wait:
             held_back.append((best_h, entry))  # a worker with its handler takes it
             held.add(entry[1])
             continue
@@ -275,6 +280,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             held_back.append((best_h, entry))  # over its rate: wait; others go ahead
             held.add(entry[1])
             continue
+        if lacks:
+            run[HANDLER_WAITED] = True
         _grant(s, run, worker, ttl, now)
         leases_made.append((run, job))
     _put_back(held_back)
@@ -327,6 +334,10 @@ _NO_LABELS: dict[str, str] = {}
 #: The target of a run whose executor has none (not python), for a worker's targets (apply_acquire):
 #: no python target is empty (model.TARGET_RE).
 _NO_TARGET = ""
+#: A run's key, set when it was granted to a worker without its handler once its wait was over
+#: (apply_acquire): it is held back for a handler no more, so a refused run's retries reach the
+#: dead-letter queue at once, not a wait each. A DLQ requeue (queues.py) clears it.
+HANDLER_WAITED = "handler_waited"
 #: the spec a grant reads when its run's job is gone (never changed)
 _NO_SPEC: Record = {}
 

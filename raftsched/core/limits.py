@@ -381,9 +381,9 @@ worker_version_chars_max = 64
 #: and its worker takes every run of the app (refusing those it has no handler for).
 worker_targets_max = 128
 worker_target_chars_max = 120
-#: How long a python run waits, from when it was made (its ``fired_at``: its retries wait no
-#: more), for a worker that said it has its handler (the fact ``targets``: leases.apply_acquire)
-#: before a worker of its app without it may take it (and fail it, naming the handler it lacks):
+#: How long a python run waits, once due, for a worker that said it has its handler (the fact
+#: ``targets``: leases.apply_acquire) before a worker of its app without it may take it (and fail
+#: it, naming the handler it lacks; its retries then wait no more, leases.HANDLER_WAITED):
 #: a rolling deploy's minutes, not the hours a handler removed without a prune would pile its runs
 #: up in front of the app's other jobs.
 handler_wait_ms = 300_000

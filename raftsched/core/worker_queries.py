@@ -377,7 +377,7 @@ def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, st
                         if types is not None and spec["executor"]["type"] not in types:
                             continue
                         if handlers is not None and spec["executor"].get("target", "") not in handlers \
-                                and now_ms - r["fired_at"] < limits.handler_wait_ms:
+                                and "handler_waited" not in r and now_ms - due < limits.handler_wait_ms:
                             continue
                         if "placement" in spec or dedicated:
                             key = id(spec.get("placement"))

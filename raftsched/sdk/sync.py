@@ -139,6 +139,11 @@ def _fail(e: RaftschedError) -> int:
     # only the error said it twice.
     more = isinstance(body, dict) and set(body) != {"error"}
     print(f"raftsched sync: {e.message}" + (f"\n{json.dumps(body, indent=2)}" if more else ""), file=sys.stderr)
+    errors = e.extra.get("errors")
+    if not more and isinstance(errors, list) and len(errors) > 1:  # (every job refused, not the first only)
+        for x in errors:
+            if isinstance(x, dict):
+                print(f"raftsched sync:   job {x.get('job')}: {x.get('field')}: {x.get('message')}", file=sys.stderr)
     if not e.definite:
         print("raftsched sync: the outcome is unknown; run the sync again (it applies only what is left)",
               file=sys.stderr)
@@ -250,7 +255,9 @@ def settle_secrets(client, app: App, p: Plan) -> Plan:
             res = client.put_jobs({n: specs[n] for n in part}, dry_run=True)
             same |= {n for n, r in (res.get("jobs") or {}).items()
                      if isinstance(r, dict) and r.get("action") == "unchanged"}
-    except RaftschedError:
+    except RaftschedError as e:
+        print(f"raftsched sync: note: the nodes did not compare the secrets of {len(suspects)} job(s) ({e.message}); "
+              "they are planned as updates (a batch's dry run needs a token that may write jobs)", file=sys.stderr)
         return p
     if not same:
         return p
