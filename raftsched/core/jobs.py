@@ -307,16 +307,9 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
     if len(s.jobs) + len(new) > limits.jobs_max:
         raise LimitExceeded(f"{len(new)} new jobs would exceed the cluster's limit of {limits.jobs_max}",
                             field="jobs")
-    moved: dict[str, int] = {}  # tenant -> the jobs a limited token's items bring into it
-    for item in items:
-        spec = item["spec"]
-        if spec.get(LIMITED) is True:
-            old = s.jobs.get(item["name"])
-            if old is None or old["spec"]["tenant"] != spec["tenant"]:
-                moved[spec["tenant"]] = moved.get(spec["tenant"], 0) + 1
-    for tenant in sorted(moved):
-        if len(s._tenant_names.get(tenant, ())) + moved[tenant] > limits.jobs_per_tenant_max:
-            raise LimitExceeded(tenant_full(tenant, moved[tenant]), field="jobs")
+    over = tenant_overflow(s, [(item["name"], item["spec"]) for item in items])
+    if over is not None:
+        raise LimitExceeded(tenant_full(*over), field="jobs")
     # Parents may come later in the same batch (raftsched sync orders them first, a crontab
     # import need not): edges are checked against the state and the whole batch.
     pending = {item["name"]: item["spec"] for item in items} if any("after" in it["spec"] for it in items) else None
@@ -362,6 +355,22 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
     if invalid:  # [index, why]: as stale
         extra["invalid"] = invalid
     return ok(gen=gens, created=created, conflicts=conflicts, **extra)
+
+
+def tenant_overflow(s: SchedulerState, specs: list[tuple[str, Record]]) -> tuple[str, int] | None:
+    """The first tenant (by name) that the specs a limited token wrote (``LIMITED``) would take
+    past jobs_per_tenant_max, with how many jobs they bring into it (created, or moved from
+    another tenant), or None. Apply (put_jobs) and the proposer's batch check count alike."""
+    moved: dict[str, int] = {}
+    for name, spec in specs:
+        if spec.get(LIMITED) is True:
+            old = s.jobs.get(name)
+            if old is None or old["spec"]["tenant"] != spec["tenant"]:
+                moved[spec["tenant"]] = moved.get(spec["tenant"], 0) + 1
+    for tenant in sorted(moved):
+        if len(s._tenant_names.get(tenant, ())) + moved[tenant] > limits.jobs_per_tenant_max:
+            return tenant, moved[tenant]
+    return None
 
 
 def tenant_full(tenant: str, adding: int = 1) -> str:

@@ -31,7 +31,7 @@ from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
 from .ready import ReadyIndex
 from .deadlines import on_finish
-from .records import NONE_KEPT, Record, Result, bound_text, is_int, kept_attempts, ok, run_ids_digest
+from .records import HANDLER_WAITED, NONE_KEPT, Record, Result, bound_text, is_int, kept_attempts, ok, run_ids_digest
 from .tenants import LIMITED, dispatch_refusal, network_of, tenant_take
 
 if TYPE_CHECKING:
@@ -334,10 +334,7 @@ _NO_LABELS: dict[str, str] = {}
 #: The target of a run whose executor has none (not python), for a worker's targets (apply_acquire):
 #: no python target is empty (model.TARGET_RE).
 _NO_TARGET = ""
-#: A run's key, set when it was granted to a worker without its handler once its wait was over
-#: (apply_acquire): it is held back for a handler no more, so a refused run's retries reach the
-#: dead-letter queue at once, not a wait each. A DLQ requeue (queues.py) clears it.
-HANDLER_WAITED = "handler_waited"
+
 #: the spec a grant reads when its run's job is gone (never changed)
 _NO_SPEC: Record = {}
 

@@ -35,7 +35,7 @@ from .model import is_name
 from .events import emit
 from .locks import count_tenants
 from .ready import ReadyIndex
-from .records import Record, Result, is_int, ok
+from .records import HANDLER_WAITED, Record, Result, is_int, ok
 
 if TYPE_CHECKING:
     from .commands import Command
@@ -360,7 +360,7 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     run["attempt"] += 1
     run["failures"] = 0  # a fresh budget: max_attempts more failures, and backoff from the start
     run["lost"] = 0
-    run.pop("handler_waited", None)  # (a handler may have been deployed since: it waits for one again)
+    run.pop(HANDLER_WAITED, None)  # (a handler may have been deployed since: it waits for one again)
     run.update(state="queued", due=now, worker=None, deadline=None, finished_at=None)
     enqueue(s, run)
     deadlines.reopen(s, run["id"])  # its slot may still succeed: then late, not missed

@@ -37,6 +37,10 @@ IntTable: TypeAlias = dict[int, int]
 #: The stored spec key of a job written by a token limited to tenants (tenants.LIMITED, which
 #: names it there; here so that events.route reads it without importing the tenants' module).
 LIMITED = "limited"
+#: A run's key, set when it was granted to a worker without its handler once its wait was over
+#: (leases.apply_acquire): it is held back for a handler no more, so a refused run's retries reach
+#: the dead-letter queue at once, not a wait each. A DLQ requeue (queues.py) clears it.
+HANDLER_WAITED = "handler_waited"
 
 #: A job's counters, a list (a 5-key map cost ~200 bytes a job; 1M jobs: 190 MB).
 STATS_FIELDS = ("runs", "recorded", "lag_ms_last", "lag_ms_max", "lag_ms_sum")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from . import limits
 from .ready import Buckets, entries_of
 from .placement import NO_HANDLER as NO_HANDLER, NO_WORKER_MATCHES as NO_WORKER_MATCHES, placement_ok
-from .records import Record
+from .records import HANDLER_WAITED, Record
 from .workers import DEDICATED, FACTS, TARGETS, TENANTS, is_gone
 
 if TYPE_CHECKING:
@@ -377,7 +377,7 @@ def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, st
                         if types is not None and spec["executor"]["type"] not in types:
                             continue
                         if handlers is not None and spec["executor"].get("target", "") not in handlers \
-                                and "handler_waited" not in r and now_ms - due < limits.handler_wait_ms:
+                                and HANDLER_WAITED not in r and now_ms - due < limits.handler_wait_ms:
                             continue
                         if "placement" in spec or dedicated:
                             key = id(spec.get("placement"))

@@ -22,7 +22,7 @@ from .walks import SingleFlight, off_loop
 from ..core import (bodies, commands, deadlines, limits, model, network, pipelines, policy, preview, queries, schedule,
                    specdiff)
 from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, LimitExceeded, NotFound, Unavailable
-from ..core.jobs import tenant_full
+from ..core.jobs import tenant_full, tenant_overflow
 from ..core.model import check_name
 from ..core.notify_model import validate_routes
 from ..core.tenants import DEFAULT_POLICY, LIMITED
@@ -496,17 +496,7 @@ class Service:
         """A limited token's batch that would take a tenant past jobs_per_tenant_max is refused
         whole, before any command (apply refuses each command that would: core/jobs.py).
         :raises LimitExceeded:"""
-        def room(s) -> tuple[str, int] | None:
-            moved: dict[str, int] = {}
-            for name, spec in specs.items():
-                old = s.jobs.get(name)
-                if old is None or old["spec"]["tenant"] != spec["tenant"]:
-                    moved[spec["tenant"]] = moved.get(spec["tenant"], 0) + 1
-            for t in sorted(moved):
-                if len(s._tenant_names.get(t, ())) + moved[t] > limits.jobs_per_tenant_max:
-                    return t, moved[t]
-            return None
-        full = self.read(room)
+        full = self.read(tenant_overflow, list(specs.items()))  # (check_write marked them LIMITED)
         if full is not None:
             raise LimitExceeded(tenant_full(*full), field="jobs")
 
