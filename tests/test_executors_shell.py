@@ -13,16 +13,7 @@ import time
 from executor_helpers import PAYLOAD, PY, cancel_and_expect_cancelled, ctx, run, wait_until
 from raftsched.worker.executors import OUTPUT_BYTES_MAX, execute
 
-
-def alive(pid: int) -> bool:
-    """Whether pid is a live process. A zombie counts as gone: it has been killed, and where
-    PID 1 does not reap orphans (some containers) it stays a zombie forever."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+from procs import alive  # (a zombie is gone; so is a process that ends while its stat is read)
 
 
 def read_pid(path) -> int | None:
