@@ -573,10 +573,10 @@ def test_an_integer_too_long_to_read_is_a_400_naming_the_number_and_its_field():
     run(t)
 
 
-def test_explain_lists_runs_that_the_overlap_policy_then_records_skipped_as_docs_api_md_says():
-    """docs/api.md, explain: the overlap policy is not applied (it depends on runs still queued or
-    running when each slot fires). A fire_all + forbid job's outage is predicted as a run a slot;
-    the fire makes the first a run and records the rest skipped, reason overlap."""
+def test_explain_says_which_runs_the_overlap_policy_then_records_skipped_as_docs_api_md_says():
+    """docs/api.md, explain: each run it lists says what the overlap policy makes of it. A fire_all
+    + forbid job's outage: the fire makes the first slot a run and records the rest skipped,
+    reason overlap, and explain says so (it listed six runs, and nothing of the policy)."""
     from raftsched.core import schedule
 
     async def t(env, c):
@@ -590,9 +590,13 @@ def test_explain_lists_runs_that_the_overlap_policy_then_records_skipped_as_docs
                                                                  "down_to": schedule.iso(now)}))
         predicted = await r.json()
         assert r.status == 200 and len(predicted["runs"]) == 6 and predicted["recorded"] == [], predicted
+        assert predicted["overlap"]["policy"] == "forbid" and predicted["overlap"]["runs"] == 1
+        assert "assumes" in predicted["overlap"]
+        fates = {x["slot"]: x["overlap"] and (x["overlap"]["state"], x["overlap"]["reason"]) for x in predicted["runs"]}
         await env.trigger.tick()
         runs = (await (await c.get("/v1/jobs/f/runs")).json())["runs"]
         assert sorted((x["state"], x.get("reason")) for x in runs) == [("queued", None)] + [("skipped", "overlap")] * 5
+        assert {x["slot"]: None if x["state"] == "queued" else (x["state"], x["reason"]) for x in runs} == fates
     run(t)
 
 

@@ -857,17 +857,61 @@ def test_pause_resume_records_paused_slots_or_leaves_them_to_the_misfire_policy(
 
 
 # =============================================================================== explain
-@settings(max_examples=60, **SETTINGS)
+#: Overlap policies for explain's check: None is the default (allow, nothing read).
+OVERLAPS = st.sampled_from([None, {"policy": "forbid"}, {"policy": "queue_one"}, {"policy": "replace"},
+                            {"policy": "allow", "max_concurrent": 2}])
+
+
+def _finish_active(s: SchedulerState, now: int) -> None:
+    """Every queued run leased and completed at ``now``: the runs from before an outage ran and
+    finished, which is what explain's overlap outcomes assume."""
+    while True:
+        res = apply(s, commands.acquire(now, worker="w", queues=None, max=limits.acquire_runs_max,
+                                        ttl=limits.lease_ttl_ms_min, types=None))
+        if not res["runs"]:
+            return
+        done = apply(s, commands.complete_many(now, None, worker="w", results=[
+            {"run": g["id"], "token": g["token"], "success": True} for g in res["runs"]]))
+        assert done["ok"]
+
+
+@settings(max_examples=80, **SETTINGS)
 @given(raw=schedules(), pol=st.sampled_from(POLICIES), grace=GRACES, mc=CATCHUP,
-       lead=st.integers(0, 3 * 10**5), down=st.integers(1, 30 * 10**5))
+       lead=st.integers(0, 3 * 10**5), ov=OVERLAPS,
+       # (half of them two periods or more: most outages of the first alone held no slot)
+       down=st.one_of(st.integers(1, 30 * 10**5), st.integers(2 * 10**5, 30 * 10**5)))
 # An outage from 2 s before a slot: the job was not taken up yet (fire_ahead_ms is 1 s), so the
 # misfire policy decides that slot; explain said it was fired ahead (a review's case).
-@example(raw=({"every_s": 60}, MIN, T0), pol="skip", grace=0, mc=0, lead=196_667, down=100_000)
+@example(raw=({"every_s": 60}, MIN, T0), pol="skip", grace=0, mc=0, lead=196_667, down=100_000, ov=None)
 @example(raw=({"cron": "0 2 * * *"}, DAY, T0 - (T0 % DAY) + 2 * HOUR - 10 * MIN), pol="skip", grace=0, mc=0,
-         lead=694, down=60)
-def test_explain_is_what_the_state_machine_does_after_the_same_outage(raw, pol, grace, mc, lead, down):
+         lead=694, down=60, ov=None)
+# fire_all after a long outage: explain listed every missed slot as a run; under forbid only
+# the first runs, under replace only the last survives.
+@example(raw=({"every_s": 60}, MIN, T0), pol="fire_all", grace=0, mc=5, lead=0, down=1_000_000,
+         ov={"policy": "forbid"})
+@example(raw=({"every_s": 60}, MIN, T0), pol="fire_all", grace=600, mc=5, lead=0, down=1_000_000,
+         ov={"policy": "replace"})
+@example(raw=({"every_s": 60}, MIN, T0), pol="fire_once", grace=60, mc=5, lead=0, down=1_000_000,
+         ov={"policy": "allow", "max_concurrent": 2})
+def test_explain_is_what_the_state_machine_does_after_the_same_outage(raw, pol, grace, mc, lead, down, ov):
+    _check_explain(raw, pol, grace, mc, lead, down, ov)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(raw=schedules(at=False), pol=st.sampled_from(["fire_all", "fire_once"]), grace=st.sampled_from([60, 600, 3600]),
+       mc=st.integers(2, 8), lead=st.integers(0, 3 * 10**5), down=st.integers(2 * 10**5, 12 * 10**5),
+       ov=st.sampled_from([{"policy": "forbid"}, {"policy": "queue_one"}, {"policy": "replace"},
+                           {"policy": "allow", "max_concurrent": 1}, {"policy": "allow", "max_concurrent": 3}]))
+def test_explain_applies_the_overlap_policy_to_an_outage_of_several_slots(raw, pol, grace, mc, lead, down, ov):
+    """The same check, drawn where the fire at the outage's end makes several runs (fire_all,
+    or on-time slots within a long grace_s), so the overlap policy has something to decide."""
+    _check_explain(raw, pol, grace, mc, lead, down, ov)
+
+
+def _check_explain(raw, pol, grace, mc, lead, down, ov) -> None:
     raw, period, start = raw
-    spec = spec_of(raw, pol, grace_s=grace, max_catchup=mc, history=1000)
+    extra = {"overlap": ov} if ov is not None else {}
+    spec = spec_of(raw, pol, grace_s=grace, max_catchup=mc, history=1000, **extra)
     s = new_state()
     cmd = put_cmd(s, "j", spec, start)
     assert apply(s, cmd)["ok"]
@@ -898,12 +942,25 @@ def test_explain_is_what_the_state_machine_does_after_the_same_outage(raw, pol, 
             break
     fired_ahead = [r["slot"] for r in (s.runs[rid] for rid in s.history.get("j", []))
                    if r["slot"] > down_from and r["state"] == "queued"]
+    if ov is not None:
+        assert not fired_ahead  # (an overlap policy that reads other runs never fires ahead)
+        _finish_active(s, down_from)
     seen = len(s.history.get("j", []))
     tick(s, down_to)
-    runs, recs = split(entries_of(s, "j", seen))
+    made = entries_of(s, "j", seen)
+    # The slots the overlap policy recorded are explain's runs, each with its overlap outcome.
+    by_overlap = [e for e in made if e["kind"] == "recorded" and e["reason"] == "overlap"]
+    runs, recs = split([e for e in made if e not in by_overlap])
     ex = preview.explain(spec, anchor, down_from, down_to, "j")
     assert [r["slot_ms"] for r in ex["fired_ahead"]] == [x for x in fired_ahead if x <= down_to]
-    assert [r["slot_ms"] for r in ex["runs"]] == runs
+    fates = {e["slot"]: (e["state"], "overlap") for e in by_overlap}
+    fates.update({e["slot"]: None if e["state"] == "queued" else (e["state"], "overlap")
+                  for e in made if e["kind"] == "scheduled"})
+    assert [r["slot_ms"] for r in ex["runs"]] == sorted(fates)
+    assert [r["overlap"] and (r["overlap"]["state"], r["overlap"]["reason"]) for r in ex["runs"]] == \
+        [fates[r["slot_ms"]] for r in ex["runs"]]
+    assert ex["overlap"]["runs"] == sum(1 for f in fates.values() if f is None)
+    runs = sorted(fates)
     assert [r["fire_lag_ms"] for r in ex["runs"]] == [down_to - x for x in runs]
     assert [(r["state"], r["reason"], r["from"], r["to"], r["count"]) for r in ex["recorded"]] == \
         [(st_, why, schedule.iso(lo), schedule.iso(hi), c) for st_, why, lo, hi, c in recs]

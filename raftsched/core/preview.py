@@ -140,12 +140,74 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
             "why": why,
         })
     nxt = plan["next"] if plan else schedule.next_slot_after(sched, max(down_to_ms, cursor), anchor_ms)
+    overlap = _overlap(spec, runs)
     return {
         "down_from": schedule.iso(down_from_ms), "down_to": schedule.iso(down_to_ms),
         "policy": m["policy"], "grace_s": m["grace_s"], "max_catchup": m["max_catchup"],
-        "fired_ahead": fired_ahead, "runs": runs, "recorded": recorded,
+        "fired_ahead": fired_ahead, "runs": runs, "recorded": recorded, "overlap": overlap,
         # At least: a range too long to count adds its lower bound (slots_due_exact false).
         "slots_due": len(fired_ahead) + len(runs) + sum(r["count_at_least"] for r in recorded),
         "slots_due_exact": all(r["count"] is not None for r in recorded),
         "next_slot": schedule.iso(nxt),
     }
+
+
+#: What explain's overlap outcomes assume: nothing of the job's from before the outage is active.
+_OVERLAP_ASSUMES = ("no run of the job queued or running when the leader fires at down_to, but those "
+                    "listed here: a run from before the outage still queued, running or waiting for a "
+                    "retry then counts as one more (forbid, queue_one and max_concurrent record more "
+                    "slots; replace revokes it too)")
+
+
+def _overlap(spec: Record, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's overlap policy applied to the slots the misfire policy turns into runs, as the
+    fire at ``down_to`` decides them (fire.overlap, slot by slot in one entry: each run it makes
+    is still queued when the next slot is decided). Each item of ``runs`` gets ``overlap``: None
+    when the slot stays a run, else what becomes of it (``state``, ``reason``, ``why``). Returns
+    the policy, how many of the runs run (``runs``), and what that assumes.
+
+    A job that fires ahead has an overlap policy that reads no other run (policy.fires_ahead),
+    so its ``fired_ahead`` runs never count here."""
+    ov = spec.get("overlap") or {"policy": "allow"}
+    pol = ov["policy"]
+    cap = ov.get("max_concurrent") if pol == "allow" else None
+    out: dict[str, Any] = {"policy": pol}
+    if cap is not None:
+        out["max_concurrent"] = cap
+    if "after" in spec:
+        # A gated job's slot becomes a run when its parents release it (fire.py, pipehooks), and
+        # the overlap policy decides it then, from the runs active at that time.
+        for r in runs:
+            r["overlap"] = None
+        out["runs"] = None
+        out["assumes"] = ("each slot waits for its parents (docs/pipelines.md): the overlap policy decides "
+                          "it when they release it, from the job's runs active then")
+        return out
+    first = runs[0]["slot"] if runs else None
+    kept = 0
+    for k, r in enumerate(runs):
+        fate: dict[str, Any] | None = None
+        if pol == "allow":
+            if cap is not None and kept >= cap:
+                fate = {"state": "skipped", "reason": "overlap",
+                        "why": f"overlap allow with max_concurrent {cap}: the runs of the {cap} slots before "
+                               "it are still queued when it fires"}
+        elif pol == "forbid":
+            if k:
+                fate = {"state": "skipped", "reason": "overlap",
+                        "why": f"overlap forbid: the run of {first} is still queued when it fires"}
+        elif pol == "queue_one":
+            if k:
+                fate = {"state": "coalesced", "reason": "overlap",
+                        "why": f"overlap queue_one: the run of {first} is still queued (waiting) when it fires"}
+        elif k + 1 < len(runs):  # replace: the next slot's run revokes it at once
+            fate = {"state": "failed", "reason": "overlap",
+                    "why": f"overlap replace: made, then revoked by the run of {runs[k + 1]['slot']} in the "
+                           "same fire"}
+        r["overlap"] = fate
+        if fate is None:
+            kept += 1
+    out["runs"] = kept
+    if pol != "allow" or cap is not None:
+        out["assumes"] = _OVERLAP_ASSUMES
+    return out
