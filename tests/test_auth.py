@@ -134,6 +134,7 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("POST", "/v1/workers/w1/lease", {"max": 1, "wait_s": 0, "ttl_ms": 10_000}),
     ("POST", "/v1/workers/w1/heartbeat", {"leases": [], "ttl_ms": 10_000}),
     ("POST", "/v1/workers/w1/complete", {"results": []}), ("POST", "/v1/workers/w1/release", {"leases": []}),
+    ("POST", "/v1/workers/w1/leave", {"instance": "i1"}),
     ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
     ("POST", "/v1/jobs/a/ping", {"status": "start"}), ("GET", "/v1/deadlines", None), ("GET", "/v1/jobs/a/graph", None),
     ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
@@ -260,7 +261,7 @@ def test_a_ping_token_pings_only_its_jobs():
 
 def test_the_worker_protocol_is_the_worker_scope_and_draining_is_an_admins():
     for path in ("/v1/workers/{id}/lease", "/v1/workers/{id}/heartbeat", "/v1/workers/{id}/complete",
-                 "/v1/workers/{id}/release"):
+                 "/v1/workers/{id}/release", "/v1/workers/{id}/leave"):
         assert scope_of("POST", path) == "worker"
     assert scope_of("POST", "/v1/workers/{id}/drain") == "admin"
     assert scope_of("GET", "/v1/workers") == scope_of("GET", "/v1/workers/{id}") == "read"

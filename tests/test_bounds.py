@@ -86,6 +86,7 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
     "complete": ({"results": [{"run": "j@1", "token": 1, "success": True}]},
                  [("results.0.token", "int", "results[0].token")]),
     "release": ({"leases": [["j@1", 1]]}, [("leases.0.1", "int", "leases")]),
+    "leave": ({"instance": "i1"}, []),  # an instance id: no number field
     "secrets_rotate": ({"key": "k2"}, []),  # a key id: no number in it
     "member": ({"addr": "127.0.0.1:1"}, []),  # a Raft address: no number field
     "fencing_floor": ({"at_least": 5}, [("at_least", "int", "at_least")]),

@@ -82,6 +82,7 @@ CALLS = [
     (("POST", "/v1/workers/{id}/complete"), "worker_complete",
      ("w/1", [{"run": "a@nosuch", "token": 1, "success": True}])),
     (("POST", "/v1/workers/{id}/release"), "worker_release", ("w/1", [["a@nosuch", 1]])),
+    (("POST", "/v1/workers/{id}/leave"), "worker_leave", ("w/1", "another-instance")),
     (("GET", "/v1/workers"), "workers", ()),
     (("GET", "/v1/workers/{id}"), "worker", ("w/1",)),
     (("POST", "/v1/workers/{id}/drain"), "drain_worker", ("w/1",)),

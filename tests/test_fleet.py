@@ -676,6 +676,40 @@ def test_a_draining_worker_hears_it_at_once_from_lease_and_heartbeat():
     run(t)
 
 
+def test_a_worker_that_leaves_is_draining_at_once_and_its_next_instance_is_active_again():
+    """A worker stopped cleanly (SIGTERM) showed active in the registry until unseen for
+    worker_gone_ms (30 s), its runs placed nowhere else said nothing of it meanwhile. Its leave
+    drains it (the command an operator's drain proposes), for the instance that leaves only;
+    another instance's hello makes it active again. Bad bodies name their field, an unknown
+    worker is 404, and a token of other tenants may not drain it."""
+    async def t(env, c):
+        await lease(c, "w1", wait_s=0)  # registered, instance i1
+        for body, field in (({}, "instance"), ({"instance": ""}, "instance"), ({"instance": 5}, "instance"),
+                            ({"instance": "i1", "reason": 7}, "reason"), ({"instance": "i1", "why": "x"}, "why")):
+            e = await post(c, path("w1", "leave"), body, status=422)
+            assert e["error"]["field"] == field, (body, e)
+        assert env.state.workers["w1"]["state"] == "active" and not env.ops("drain_worker")
+        e = await post(c, path("nobody", "leave"), {"instance": "i1"}, status=404)
+        assert e["error"]["field"] == "worker"
+        # another process under the id since: nothing changes
+        assert await post(c, path("w1", "leave"), {"instance": "i0"}) == {"worker": "w1", "state": "active",
+                                                                           "changed": False}
+        assert env.state.workers["w1"]["state"] == "active" and not env.ops("drain_worker")
+        billing = bearer((await worker_token(c, tenants=["billing"]))["token"])
+        e = await post(c, path("w1", "leave"), {"instance": "i1"}, status=403, headers=billing)
+        assert e["error"]["field"] == "worker" and env.state.workers["w1"]["state"] == "active"
+        assert await post(c, path("w1", "leave"), {"instance": "i1", "reason": "SIGTERM"}) == \
+            {"worker": "w1", "state": "draining", "changed": True}
+        assert env.state.workers["w1"]["state"] == "draining"
+        assert await lease(c, "w1", wait_s=0) == {"runs": [], "draining": True}
+        r = await c.get(path("w1"), headers=AUTH)
+        assert (await r.json())["state"] == "draining"
+        assert (await post(c, path("w1", "leave"), {"instance": "i1"}))["changed"] is False  # again: nothing new
+        await lease(c, "w1", wait_s=0, instance="i2")  # the worker started again
+        assert env.state.workers["w1"]["state"] == "active"
+    run(t)
+
+
 def test_a_drain_reaches_a_waiting_idle_worker_at_once_and_no_other():
     async def t(env, c):
         w1 = asyncio.ensure_future(lease(c, "w1", wait_s=30))

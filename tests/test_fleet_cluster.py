@@ -218,6 +218,9 @@ def test_sigterm_drains_a_worker_whose_runs_are_given_back_and_run_elsewhere(fle
         a1 = final["attempts"][0]
         assert a1["released"] is True and a1["worker"] == victim and "lease expired" not in (a1["error"] or "")
         assert fleet.workers()[victim]["releases"] >= 1
+        # It said it leaves: draining in the registry (it showed active until unseen for 30 s; a
+        # replica that reads may be a moment behind the commit).
+        wait_for(lambda: fleet.workers()[victim]["status"] == "draining", 10, "the worker shown draining")
     finally:
         fleet.kill_pidfiles()
         fleet.start_worker(victim)

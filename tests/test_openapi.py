@@ -238,6 +238,7 @@ def test_the_other_operations_answers_conform_to_the_document():
             await go("POST", "/v1/workers/w1/lease", "/v1/workers/{id}/lease", lease)
             await go("POST", "/v1/workers/w1/heartbeat", "/v1/workers/{id}/heartbeat", {"leases": []})
             await go("POST", "/v1/workers/w1/release", "/v1/workers/{id}/release", {"leases": []})
+            await go("POST", "/v1/workers/w1/leave", "/v1/workers/{id}/leave", {"instance": "i1"})
             await go("POST", "/v1/workers/w1/complete", "/v1/workers/{id}/complete",
                      {"results": [{"run": "a@1", "token": 1, "success": True}]})  # refused in its result
             await go("POST", "/v1/cluster/members", "/v1/cluster/members", {"addr": "127.0.0.1:7"})

@@ -266,8 +266,11 @@ def test_run_worker_leases_executes_and_reports_through_a_node_then_drains_on_st
             await until(lambda: all(state.runs[r]["state"] == "succeeded" for r in rids), 10, "every run done")
             assert {state.runs[r]["worker"] for r in rids} == {"gpu/1"}
             assert state.workers["gpu/1"]["labels"] == {"pool": "gpu"} and state.workers["gpu/1"]["kind"] == "remote"
+            assert state.workers["gpu/1"]["state"] == "active"
             stop.set()
             assert await asyncio.wait_for(worker, 10) == 0
+            # It told the cluster it leaves: draining at once, not active until unseen for 30 s.
+            assert state.workers["gpu/1"]["state"] == "draining"
         finally:
             stop.set()
             worker.cancel()

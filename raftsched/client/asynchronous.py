@@ -534,6 +534,13 @@ class AsyncClient(Transport):
         return await self._send(endpoints.worker_release(worker_id, leases, reason, idempotent_key=idempotent_key,
                                                          timeout_s=timeout_s, deadline_s=deadline_s))
 
+    async def worker_leave(self, worker_id: str, instance: str, reason: str | None = None, *,
+                           idempotent_key: str | None = None, timeout_s: float | None = None,
+                           deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/leave``: the worker process ``instance`` is going away (drained)."""
+        return await self._send(endpoints.worker_leave(worker_id, instance, reason, idempotent_key=idempotent_key,
+                                                       timeout_s=timeout_s, deadline_s=deadline_s))
+
     async def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
                            note: str | None = None, workers: list[str] | None = None, jobs: list[str] | None = None) -> dict:
         """``POST /v1/tokens``: a new API token; its secret is shown this once."""

@@ -605,6 +605,18 @@ def worker_release(worker_id: str, leases: list, reason: str = "", *, idempotent
                    idempotency_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
 
 
+@endpoint
+def worker_leave(worker_id: str, instance: str, reason: str | None = None, *, idempotent_key: str | None = None,
+                 timeout_s: float | None = None, deadline_s: float | None = None) -> Request:
+    """``POST /v1/workers/{id}/leave``: the worker process ``instance`` is going away: the worker
+    is drained (shown ``draining``, granted nothing) until a new instance says hello."""
+    body: dict = {"instance": instance}
+    if reason is not None:
+        body["reason"] = reason
+    return Request("POST", f"/v1/workers/{_q(worker_id)}/leave", body=body,
+                   idempotency_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
+
+
 # ------------------------------------------------------------------ tokens (admin)
 @endpoint
 def create_token(role: str, tenants: list[str] | None = None, expires: str | int | None = None,

@@ -857,6 +857,12 @@ async def worker_release(request: web.Request) -> web.Response:
                                                  tenants=tenants_of(request)))
 
 
+async def worker_leave(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET]
+    return json_response(await fleet.leave(request.match_info["id"], await json_body(request, WORKER_PROTOCOL), rid(request),
+                                           tenants=tenants_of(request)))
+
+
 async def list_workers(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
     return json_response(fleet.list_workers())
@@ -1014,6 +1020,8 @@ ROUTES: tuple[Route, ...] = (
           body="complete", errors=(422,), response="completed"),
     Route("POST", "/v1/workers/{id}/release", worker_release, "worker", T.WORKER, "give leases back",
           body="release", errors=(422,), response="released"),
+    Route("POST", "/v1/workers/{id}/leave", worker_leave, "worker", T.WORKER,
+          "the worker process is going away: drain it", body="leave", errors=(404, 422), response="worker_left"),
     # the fleet, for operators
     Route("GET", "/v1/workers", list_workers, _R, T.REFUSED, "every registered worker", params=(STALE, CONSISTENT), response="workers"),
     Route("GET", "/v1/workers/{id}", get_worker, _R, T.REFUSED, "one worker", params=(STALE, CONSISTENT),

@@ -60,6 +60,7 @@ HEARTBEAT_FIELDS = {"leases", "ttl_ms"}
 COMPLETE_FIELDS = {"results"}
 RESULT_FIELDS = {"run", "token", "success", "error", "output", "result"}
 RELEASE_FIELDS = {"leases", "reason"}
+LEAVE_FIELDS = {"instance", "reason"}
 
 
 # ---------------------------------------------------------------------------- request bodies (core/bodies.py: check_body)
@@ -298,10 +299,7 @@ class Fleet:
         if tenants is not None:
             # A worker id registered by a token of other tenants (or of none: every tenant) is
             # not this token's to take: its hello would rewrite that worker's facts and tenants.
-            rec = self.raft.read(queries.worker_record, wid)
-            if rec is not None and (rec["tenants"] is None or not set(rec["tenants"]) <= set(tenants)):
-                raise Forbidden(f"worker id {wid!r} is registered for other tenants than this token's; "
-                                "give this worker an id of its own", field="worker")
+            self._own_worker(wid, tenants)
         self._seen.add(wid)
         done = None
         if items is not None:
@@ -336,6 +334,46 @@ class Fleet:
         # left is time on the way, which ages the leases granted (worker/remote.py).
         answer["held_ms"] = round((self.clock.monotonic_s() - t0) * 1000)
         return self._timed(answer), hello or done is not None
+
+    def _own_worker(self, wid: str, tenants) -> dict | None:
+        """The replica's record of worker ``wid`` (None: not registered). :raises Forbidden: it
+        is registered for other tenants than ``tenants`` (a token limited to them), or for all."""
+        rec = self.raft.read(queries.worker_record, wid)
+        if tenants is not None and rec is not None \
+                and (rec["tenants"] is None or not set(rec["tenants"]) <= set(tenants)):
+            raise Forbidden(f"worker id {wid!r} is registered for other tenants than this token's; "
+                            "give this worker an id of its own", field="worker")
+        return rec
+
+    async def leave(self, wid: str, body, key: str | None, tenants=None) -> dict:
+        """``POST /v1/workers/{id}/leave`` ``{"instance", "reason"?}``: the worker process
+        ``instance`` is going away (its SIGTERM's drain): the worker is drained (the
+        ``drain_worker`` an operator's ``POST /v1/workers/{id}/drain`` proposes), so the registry
+        shows it ``draining`` from now on and grants it nothing, where it showed it ``active``
+        until unseen for ``worker_gone_ms``. A leave of another instance than the one registered
+        (a new process under the id since) changes nothing: ``{"worker", "state", "changed":
+        false}``. A new instance's hello makes a drained worker active again.
+
+        :raises NotFound: no such worker. :raises InvalidSpec: a bad body."""
+        wid = _worker_id(wid)
+        b = check_body(body, LEAVE_FIELDS)
+        instance = b.get("instance")
+        if not isinstance(instance, str) or not 1 <= len(instance) <= 64:
+            raise InvalidSpec("is required: the leaving process's instance id (1-64 characters), as its "
+                              "lease requests send it", field="instance")
+        reason = b.get("reason")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 200):
+            raise InvalidSpec("must be a string of at most 200 characters", field="reason")
+        rec = self._own_worker(wid, tenants)
+        if rec is None:
+            raise NotFound(f"no worker {wid!r}", field="worker")
+        if rec["instance"] != instance:
+            # (another process registered under this id since: it stays as it is)
+            return {"worker": wid, "state": rec["state"], "changed": False}
+        self._seen.add(wid)
+        res = await self.propose(commands.drain_worker(self.clock.now_ms(), key or uuid.uuid4().hex, worker=wid))
+        log.info("fleet: worker %s (instance %s) leaves%s", wid, instance, f": {reason}" if reason else "")
+        return {"worker": wid, "state": res["state"], "changed": bool(res.get("changed"))}
 
     async def _lease(self, wid: str, facts: dict, n: int, wait_s: float, ttl_ms: int, alive) -> tuple[dict, bool]:
         """The hello when the worker's facts are new, then the wait for runs: (answer, hello)."""

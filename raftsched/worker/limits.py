@@ -146,6 +146,9 @@ lease_request_slack_s = 2 * propose_timeout_s_default + 3.0
 #: One completion or release request's timeout, and how long a worker keeps retrying a release.
 worker_request_timeout_s = 10.0
 release_deadline_s = 15.0
+#: How long a worker stopped by a signal keeps trying to tell the cluster it leaves (its drain
+#: goes on meanwhile; not told, its record shows it active until unseen for worker_gone_ms).
+leave_deadline_s = 5.0
 #: After a node refused a lease request for good (a wrong token, a full registry), the pause
 #: before the worker asks again.
 lease_refused_pause_s = 5.0

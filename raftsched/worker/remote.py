@@ -350,6 +350,18 @@ class RemoteChannel:
         await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
                                          deadline_s=worker_limits.release_deadline_s)
 
+    async def leave(self, reason: str) -> None:
+        """Tell the cluster this process is going away (``POST /v1/workers/{id}/leave``): its
+        record shows it draining at once, where it showed it active until unseen for
+        ``worker_gone_ms``. Never raises: a node of a version without the route, a worker never
+        registered, or no node in time leave the record to go gone, as before."""
+        try:
+            await self.client.worker_leave(self.worker_id, self.facts["instance"], reason[:200],
+                                           idempotent_key=uuid.uuid4().hex, deadline_s=worker_limits.leave_deadline_s)
+        except RaftschedError as e:
+            log.info("worker %s: the cluster was not told it leaves (%s); its record goes gone when unseen",
+                     self.worker_id, e.message)
+
     async def close(self) -> None:
         await self.client.close()
 
@@ -397,11 +409,14 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
     task = asyncio.create_task(lease_loop.run(), name="lease loop")
     stop_w = asyncio.create_task(stop.wait())
     drain_w = asyncio.create_task(lease_loop.drain_requested.wait())
+    leaving: asyncio.Task | None = None
     try:
         await asyncio.wait({task, stop_w, drain_w}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
             why = "SIGTERM" if stop.is_set() else "the cluster drains this worker"
             log.info("worker %s: draining (%s)", cfg.worker_id, why)
+            if stop.is_set():  # (the cluster's drain has said so already)
+                leaving = asyncio.create_task(channel.leave("stopping (a signal, or stop): draining its runs"))
             drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
             force_w = asyncio.create_task(force.wait())
             # The lease loop may fail while it drains: then it has given its runs back itself.
@@ -417,7 +432,9 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         for t in (stop_w, drain_w):
             t.cancel()
         task.cancel()
-        await asyncio.gather(task, stop_w, drain_w, return_exceptions=True)
+        if leaving is not None and force.is_set():
+            leaving.cancel()  # (a second signal: stop now)
+        await asyncio.gather(task, stop_w, drain_w, *(() if leaving is None else (leaving,)), return_exceptions=True)
         await channel.close()
         no_handler = getattr(cfg.executor_lookup, "refused", 0)  # (--app: runs it had no handler for)
         log.info("worker %s: stopped (%d completed, %d outcomes refused as stale, %d given back%s%s)", cfg.worker_id,
