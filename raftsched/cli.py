@@ -675,6 +675,10 @@ def _apply(a, c: Client) -> int:
                   "before it would leave it (a job whose `after` names a new job of an earlier request, and the "
                   "bounds, are judged without them)", file=sys.stderr)
         return _apply_dry_run(a, c, body["jobs"], parts, create_only, paused)
+    same = {} if a.all else _unchanged(c, body["jobs"], parts, create_only, paused)
+    if same:
+        names = [n for n in names if n not in same]
+        parts = job_batches(names, body["jobs"]) if names else []
     bar = Progress(len(names), "apply")
     answers: list[dict] = []
     failed: RaftschedError | None = None
@@ -691,6 +695,12 @@ def _apply(a, c: Client) -> int:
     finally:
         bar.close()  # the bar's line ends before anything is printed
     out: dict | None = _merge_batches(answers, len(parts) > 1) if answers else None
+    if same:
+        out = out or _merge_batches([], False)
+        for n, r in same.items():  # (in the answer, after the jobs written; with a write's warnings)
+            out["jobs"][n] = {"unchanged": True, "next_slot": r.get("next_slot"),
+                              **({"warnings": r["warnings"]} if r.get("warnings") else {})}
+        out["unchanged"] = len(same)
     if failed is not None:
         err_body = getattr(failed, "body", None)
         err = err_body.get("error") if isinstance(err_body, dict) else None
@@ -701,7 +711,7 @@ def _apply(a, c: Client) -> int:
         if not failed.definite:
             # (create_only is part of each command's id: the retry must say it as this one did)
             again = ["raftsched", "apply", a.file, "--idempotency-key", key] + (["--create-only"] if create_only else []) \
-                + (["--paused"] if paused else [])
+                + (["--paused"] if paused else []) + (["--all"] if a.all else [])
             print(f"raftsched: the Idempotency-Key was {key}: {shlex.join(again)} (with the same token) sends the "
                   "same jobs again and applies each command at most once", file=sys.stderr)
         if isinstance(err, dict):
@@ -737,8 +747,21 @@ def _apply_dry_run(a, c: Client, jobs: dict, parts: list[list[str]], create_only
     count; else the answer. Exit 1 for conflicts (as the apply would), else 3 with
     ``--exit-code`` when anything would change (a job created, replaced or paused: a drift
     check; not 2, which is a usage error's), else 0."""
+    merged = _plan(c, jobs, parts, create_only, paused, "dry run")
+    if output_format() == "table":
+        print(_plan_text(merged))
+    else:
+        show(merged)
+    if merged["conflicts"]:
+        return 1
+    changes = merged["create"] or merged["replace"] or any(r.get("pauses") for r in merged["jobs"].values())
+    return DRIFT_EXIT if a.exit_code and changes else 0
+
+
+def _plan(c: Client, jobs: dict, parts: list[list[str]], create_only: bool, paused: bool, what: str) -> dict:
+    """The dry runs of ``parts`` of ``jobs``, their answers as one. :raises RaftschedError:"""
     merged: dict = {"dry_run": True, "jobs": {}, "create": 0, "replace": 0, "unchanged": 0, "conflicts": 0}
-    bar = Progress(len(jobs), "dry run")
+    bar = Progress(len(jobs), what)
     try:
         sent = 0
         for names_part in parts:
@@ -756,14 +779,24 @@ def _apply_dry_run(a, c: Client, jobs: dict, parts: list[list[str]], create_only
         bar.close()
     if paused:
         merged["paused"] = True
-    if output_format() == "table":
-        print(_plan_text(merged))
-    else:
-        show(merged)
-    if merged["conflicts"]:
-        return 1
-    changes = merged["create"] or merged["replace"] or any(r.get("pauses") for r in merged["jobs"].values())
-    return DRIFT_EXIT if a.exit_code and changes else 0
+    return merged
+
+
+def _unchanged(c: Client, jobs: dict, parts: list[list[str]], create_only: bool, paused: bool) -> dict:
+    """The jobs of the file the cluster holds as they are (a dry run's ``unchanged``, that
+    ``paused`` would not pause): name -> that answer. Writing them would change nothing but
+    their generation (and add an audit line and a command each), so ``apply`` leaves them out.
+    {} when the dry run could not say: a node of a version without it (said on stderr), or
+    another error, which the write then answers as it did (an invalid job, no leader)."""
+    try:
+        plan = _plan(c, jobs, parts, create_only, paused, "compare")
+    except RaftschedError as e:
+        if e.code == "bad_request" and e.field == "dry_run":
+            print("raftsched: could not compare the file with the cluster (a node of a version before the dry "
+                  "run); writing every job", file=sys.stderr)
+        return {}
+    return {n: r for n, r in plan["jobs"].items()
+            if isinstance(r, dict) and r.get("action") == "unchanged" and not r.get("pauses")}
 
 
 #: ``apply --dry-run --exit-code``'s status when the file would change something (2 is argparse's,
@@ -1099,6 +1132,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dry-run", action="store_true",
                    help="change nothing: the nodes check every job as the apply would and say what it would do "
                         "(create, replace with the fields that change, unchanged, conflict)")
+    c.add_argument("--all", action="store_true",
+                   help="write every job of the file, those the cluster holds as they are too (each a new "
+                        "generation); by default they are compared first and left out")
     c.add_argument("--exit-code", action="store_true",
                    help="with --dry-run: exit 3 when a job would be created, replaced or paused (a drift check), "
                         "0 when none would")

@@ -159,6 +159,15 @@ def test_client_subcommands(tmp_path):
         assert (out["created"], out["conflicts"]) == (2, 1) and out["jobs"]["cj"]["error"]["code"] == "conflict"
         p = cli("apply", "-", "--create-only", *base, stdin=json.dumps({"jobs": {"cj-7": spec}}))
         assert p.returncode == 0 and json.loads(p.stdout)["conflicts"] == 0, p.stdout + p.stderr
+        # The same file again: compared, and nothing written (no new generation); --all writes it.
+        gen = json.loads(cli("get", "cj-7", *base).stdout)["state"]["generation"]
+        p = cli("apply", "-", *base, stdin=json.dumps({"jobs": {"cj-7": spec}}))
+        out = json.loads(p.stdout)
+        assert p.returncode == 0 and out["unchanged"] == 1 and out["jobs"]["cj-7"]["unchanged"] is True, p.stdout
+        assert json.loads(cli("get", "cj-7", *base).stdout)["state"]["generation"] == gen
+        p = cli("apply", "-", "--all", *base, stdin=json.dumps({"jobs": {"cj-7": spec}}))
+        assert p.returncode == 0 and json.loads(p.stdout)["replaced"] == 1, p.stdout
+        assert json.loads(cli("get", "cj-7", *base).stdout)["state"]["generation"] > gen
         p = cli("apply", "-", *base, stdin=json.dumps({"jobs": {"cj-4": spec, "cj-5": {"schedule": {"every_s": 0}}}}))
         assert p.returncode == 1 and json.loads(p.stdout)["error"]["job"] == "cj-5"
         p = cli("apply", "-", *base, stdin=json.dumps({"cj-6": spec}))

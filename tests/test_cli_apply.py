@@ -17,18 +17,29 @@ from raftsched.core import limits
 class ScriptedNode:
     """A loopback HTTP server that answers each request with the next (status, body) of its
     script (the last one again once the script is used up), and records (path, Idempotency-Key,
-    decoded body) of each."""
+    decoded body) of each. With ``auto_plan``, a dry run (the comparison ``apply`` makes first) is
+    answered apart, every job ``create`` unless ``unchanged`` names it, and recorded in ``plans``."""
 
-    def __init__(self, *script) -> None:
+    def __init__(self, *script, unchanged=(), auto_plan=True) -> None:
         self.script = list(script)
         self.seen: list[tuple[str, str | None, object]] = []
+        self.plans: list[object] = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                outer.seen.append((self.path, self.headers.get("Idempotency-Key"), json.loads(raw or b"null")))
-                status, body = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
+                req = json.loads(raw or b"null")
+                if auto_plan and isinstance(req, dict) and req.get("dry_run"):
+                    outer.plans.append(req)
+                    acts = {n: "unchanged" if n in unchanged else "create" for n in req["jobs"]}
+                    status, body = 200, {"dry_run": True, "jobs": {n: {"action": a, "next_slot": None}
+                                                                   for n, a in acts.items()},
+                                         "create": sum(a == "create" for a in acts.values()), "replace": 0,
+                                         "unchanged": sum(a == "unchanged" for a in acts.values()), "conflicts": 0}
+                else:
+                    outer.seen.append((self.path, self.headers.get("Idempotency-Key"), req))
+                    status, body = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -53,8 +64,8 @@ class ScriptedNode:
 def node():
     nodes = []
 
-    def make(*script):
-        n = ScriptedNode(*script)
+    def make(*script, unchanged=(), auto_plan=True):
+        n = ScriptedNode(*script, unchanged=unchanged, auto_plan=auto_plan)
         nodes.append(n)
         return n
 
@@ -176,7 +187,7 @@ def test_a_dry_run_asks_the_node_and_prints_the_plan(node, jobs_file, token_file
                    b={"action": "replace", "next_slot": "2030-01-01T00:05:00Z",
                       "changes": [{"field": "schedule.every_s", "from": 300, "to": 60},
                                   {"field": "retry", "from": {"max_attempts": 3}}]},
-                   c={"action": "unchanged", "next_slot": None}))
+                   c={"action": "unchanged", "next_slot": None}), auto_plan=False)
     path = jobs_file("a", "b", "c")
     assert cli.main(["apply", path, "--url", n.url, "--token-file", token_file, "-o", "table", "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -212,6 +223,40 @@ def test_a_dry_run_asks_the_node_and_prints_the_plan(node, jobs_file, token_file
     assert n.seen[-1][2]["create_only"] is True
 
 
+def test_apply_leaves_out_the_jobs_the_cluster_holds_as_they_are(node, jobs_file, token_file, capsys):
+    """A GitOps loop applying one file every few minutes rewrote every job each time: a new
+    generation, an audit line and a command a job, for nothing. apply compares first (a dry run)
+    and writes only what differs; --all writes every job; a node that cannot compare (of a
+    version before the dry run) gets every job, as before."""
+    path = jobs_file("a", "b", "c")
+    n = node(_ok("a", "c"), unchanged=("b",))
+    assert _apply(n, path, token_file) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (plan,) = n.plans
+    assert set(plan["jobs"]) == {"a", "b", "c"}
+    (_, _, body), = n.seen
+    assert set(body["jobs"]) == {"a", "c"} and "dry_run" not in body
+    assert doc["jobs"]["b"] == {"unchanged": True, "next_slot": None} and doc["unchanged"] == 1
+    assert doc["created"] == 2 and set(doc["jobs"]) == {"a", "b", "c"}
+    # Nothing differs: nothing written.
+    n = node(_ok(), unchanged=("a", "b", "c"))
+    assert _apply(n, path, token_file) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not n.seen and len(n.plans) == 1 and doc["unchanged"] == 3 and doc["created"] == 0
+    # --all: no comparison, every job written.
+    n = node(_ok("a", "b", "c"), unchanged=("b",))
+    assert _apply(n, path, token_file, "--all") == 0
+    capsys.readouterr()
+    assert not n.plans and set(n.seen[0][2]["jobs"]) == {"a", "b", "c"}
+    # A node that refuses the dry run (400 naming it): every job written, and said on stderr.
+    old = {"error": {"code": "bad_request", "message": "unknown field", "field": "dry_run"}}
+    n = node((400, old), _ok("a", "b", "c"), auto_plan=False)
+    assert _apply(n, path, token_file) == 0
+    cap = capsys.readouterr()
+    assert "could not compare the file with the cluster" in cap.err and "writing every job" in cap.err
+    assert [set(b["jobs"]) for _, _, b in n.seen] == [{"a", "b", "c"}] * 2 and "dry_run" not in n.seen[1][2]
+
+
 def test_exit_code_without_dry_run_is_a_usage_error(node, jobs_file, token_file, capsys):
     n = node(_ok("a"))
     assert _apply(n, jobs_file("a"), token_file, "--exit-code") == 2
@@ -226,7 +271,7 @@ def test_a_terminal_shows_a_nodes_error_whole_with_every_invalid_job(node, jobs_
     errors = [{"job": "typo", "field": "schedule.cron", "message": long},
               {"job": "badtz", "field": "schedule.timezone", "message": "unknown time zone 'Mars/Olympus'"}]
     n = node((422, {"error": {"code": "invalid", "message": f"job 'typo': {long}", "field": "schedule.cron",
-                              "job": "typo", "invalid": 2, "errors": errors}}))
+                              "job": "typo", "invalid": 2, "errors": errors}}), auto_plan=False)
     rc = cli.main(["apply", jobs_file("typo", "badtz"), "--url", n.url, "--token-file", token_file, "-o", "table",
                    "--dry-run"])
     out = capsys.readouterr().out

@@ -356,13 +356,15 @@ def test_put_and_apply_take_paused(run, tmp_path):
     jobs = tmp_path / "jobs.json"
     jobs.write_text(json.dumps({"jobs": {"j": spec}}))
     rc, calls = run(["apply", str(jobs), "--paused"])
-    assert rc == 0 and calls[0][0] == "put_jobs" and calls[0][2]["paused"] is True, calls
+    # (the comparison first, a dry run, then the write: each says paused)
+    assert rc == 0 and [c[0] for c in calls] == ["put_jobs"] * 2 and calls[0][2]["dry_run"] is True, calls
+    assert calls[0][2]["paused"] is True and calls[-1][2]["paused"] is True and "dry_run" not in calls[-1][2], calls
     from raftsched.cli import _merge_batches  # (the answer it prints says so: a re-walk)
     assert _merge_batches([{"jobs": {"j": {}}, "created": 1, "paused": True}], False)["paused"] is True
     assert "paused" not in _merge_batches([{"jobs": {"j": {}}, "created": 1}], False)
     jobs.write_text(json.dumps({"jobs": {"j": spec}, "paused": True}))
     rc, calls = run(["apply", str(jobs)])
-    assert rc == 0 and calls[0][2]["paused"] is True, calls
+    assert rc == 0 and calls[-1][2]["paused"] is True, calls
     jobs.write_text(json.dumps({"jobs": {"j": spec}}))
     rc, calls = run(["apply", str(jobs)])
-    assert rc == 0 and "paused" not in calls[0][2], calls
+    assert rc == 0 and "paused" not in calls[-1][2], calls

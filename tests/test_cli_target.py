@@ -439,7 +439,8 @@ def test_apply_shows_a_bar_then_what_was_applied_and_fails_on_conflicts(tmp_path
             return True
     err = Tty()
     monkeypatch.setattr(sys, "stderr", err)
-    argv = ["apply", str(f), "--create-only", "--url", "http://127.0.0.1:9", "-o", "json"]
+    # (--all: the writes alone; the comparison before them is tests/test_cli_apply.py's)
+    argv = ["apply", str(f), "--create-only", "--all", "--url", "http://127.0.0.1:9", "-o", "json"]
     assert cli.main(argv) == 1  # a conflict: the file and the cluster differ
     out = json.loads(capsys.readouterr().out)  # one answer for the two requests
     assert out == {"jobs": {}, "created": 2, "replaced": 0, "conflicts": 1, "commands": 0, "requests": 2}
@@ -545,7 +546,7 @@ def test_apply_says_why_each_job_was_left_as_it_is(tmp_path, monkeypatch, capsys
                              "d": {"created": True, "gen": 1}},
                     "created": 1, "replaced": 0, "conflicts": 3, "commands": 1}
     monkeypatch.setattr(cli, "Client", Fake)
-    assert cli.main(["apply", str(f), "--url", "http://127.0.0.1:9", "-o", "json"]) == 1
+    assert cli.main(["apply", str(f), "--all", "--url", "http://127.0.0.1:9", "-o", "json"]) == 1
     err = capsys.readouterr().err
     assert "1 job(s) exist already" in err and "1 job(s) fired while their replace was planned" in err \
         and "1 job(s) refused (their `after`" in err, err
