@@ -61,7 +61,7 @@ from .leases import close_attempt, live, outside, tenants_field
 from .model import EXECUTOR_TYPES, NAME_RE, TARGET_RE
 from .placement import validate_worker_labels
 from .queues import add_dead, enqueue
-from .records import Record, Result, is_int, ok
+from .records import Record, Result, is_int, ok, share_part
 
 if TYPE_CHECKING:
     from .commands import Command
@@ -254,6 +254,8 @@ def apply_worker_hello(s: SchedulerState, cmd: Command, now: int) -> Result:
         facts = check_facts(cmd)
     except InvalidSpec as e:
         raise _as_command_error("worker_hello", e) from None
+    if facts[TARGETS] is not None:  # (the same list object for every worker of an app version)
+        facts[TARGETS] = share_part(s._parts, TARGETS, facts[TARGETS])
     reg = s.workers
     w = reg.get(worker)
     if w is None:
@@ -402,6 +404,12 @@ def _encode(reg: dict[str, Record]) -> list[list[Any]] | None:
 
 
 def _decode(data: list[list[Any]]) -> dict[str, Record]:
+    # Equal targets lists restored as one object, as apply_worker_hello shares them.
+    lists: dict[tuple[Any, ...], Any] = {}
+    for _wid, rec in data:
+        t = rec.get(TARGETS)
+        if type(t) is list and all(type(x) is str for x in t):
+            rec[TARGETS] = lists.setdefault(tuple(t), t)
     return {wid: rec if "completed" in rec else _with_completed(rec) for wid, rec in data}
 
 
