@@ -668,7 +668,8 @@ class LeaseLoop:
 
     def _on_draining(self) -> None:
         if not self.drain_requested.is_set():
-            log.warning("worker %s: the cluster says this worker is draining: no more leases", self.worker_id)
+            if not self.draining:  # (else its own drain, which it told the cluster of: worker/remote.py leave)
+                log.warning("worker %s: the cluster says this worker is draining: no more leases", self.worker_id)
             self.drain_requested.set()
         self.draining = True
 

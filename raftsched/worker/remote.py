@@ -415,9 +415,9 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         if not task.done():
             why = "SIGTERM" if stop.is_set() else "the cluster drains this worker"
             log.info("worker %s: draining (%s)", cfg.worker_id, why)
+            drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
             if stop.is_set():  # (the cluster's drain has said so already)
                 leaving = asyncio.create_task(channel.leave("stopping (a signal, or stop): draining its runs"))
-            drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
             force_w = asyncio.create_task(force.wait())
             # The lease loop may fail while it drains: then it has given its runs back itself.
             await asyncio.wait({drain, force_w, task}, return_when=asyncio.FIRST_COMPLETED)
