@@ -953,12 +953,13 @@ def _check_explain(raw, pol, grace, mc, lead, down, ov) -> None:
     runs, recs = split([e for e in made if e not in by_overlap])
     ex = preview.explain(spec, anchor, down_from, down_to, "j")
     assert [r["slot_ms"] for r in ex["fired_ahead"]] == [x for x in fired_ahead if x <= down_to]
-    fates = {e["slot"]: (e["state"], "overlap") for e in by_overlap}
-    fates.update({e["slot"]: None if e["state"] == "queued" else (e["state"], "overlap")
+    # A slot recorded: (state, its reason); a run revoked (replace): (failed, its error).
+    fates = {e["slot"]: (e["state"], e["reason"]) for e in by_overlap}
+    fates.update({e["slot"]: None if e["state"] == "queued" else (e["state"], e["error"])
                   for e in made if e["kind"] == "scheduled"})
     assert [r["slot_ms"] for r in ex["runs"]] == sorted(fates)
-    assert [r["overlap"] and (r["overlap"]["state"], r["overlap"]["reason"]) for r in ex["runs"]] == \
-        [fates[r["slot_ms"]] for r in ex["runs"]]
+    assert [r["overlap"] and (r["overlap"]["state"], r["overlap"].get("reason", r["overlap"].get("error")))
+            for r in ex["runs"]] == [fates[r["slot_ms"]] for r in ex["runs"]]
     assert ex["overlap"]["runs"] == sum(1 for f in fates.values() if f is None)
     runs = sorted(fates)
     assert [r["fire_lag_ms"] for r in ex["runs"]] == [down_to - x for x in runs]

@@ -140,7 +140,7 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
             "why": why,
         })
     nxt = plan["next"] if plan else schedule.next_slot_after(sched, max(down_to_ms, cursor), anchor_ms)
-    overlap = _overlap(spec, runs)
+    overlap = _overlap(spec, runs, name)
     return {
         "down_from": schedule.iso(down_from_ms), "down_to": schedule.iso(down_to_ms),
         "policy": m["policy"], "grace_s": m["grace_s"], "max_catchup": m["max_catchup"],
@@ -153,18 +153,22 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
 
 
 #: What explain's overlap outcomes assume: nothing of the job's from before the outage is active.
-_OVERLAP_ASSUMES = ("no run of the job queued or running when the leader fires at down_to, but those "
-                    "listed here: a run from before the outage still queued, running or waiting for a "
-                    "retry then counts as one more (forbid, queue_one and max_concurrent record more "
-                    "slots; replace revokes it too)")
+_OVERLAP_ASSUMES = ("no run of the job from before the outage queued, running or waiting for a retry "
+                    "when the leader fires at down_to, and room for these runs in the job's queue. One "
+                    "that is active counts as one more (forbid and max_concurrent then record more slots, "
+                    "and so does queue_one for one still queued or waiting for a retry; replace revokes "
+                    "it too); a bounded queue that is full records slots queue_full instead")
 
 
-def _overlap(spec: Record, runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _overlap(spec: Record, runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
     """The job's overlap policy applied to the slots the misfire policy turns into runs, as the
     fire at ``down_to`` decides them (fire.overlap, slot by slot in one entry: each run it makes
     is still queued when the next slot is decided). Each item of ``runs`` gets ``overlap``: None
-    when the slot stays a run, else what becomes of it (``state``, ``reason``, ``why``). Returns
-    the policy, how many of the runs run (``runs``), and what that assumes.
+    when the slot stays a run, else what becomes of it (``state``, ``why``, and ``reason`` for a
+    slot recorded, ``error`` for a run revoked). Returns the policy, how many of the runs run
+    (``runs``), and what that assumes. A job that runs after others: ``runs`` None, and each
+    run's ``overlap`` None, undecided (its parents release each slot, and the policy decides it
+    then).
 
     A job that fires ahead has an overlap policy that reads no other run (policy.fires_ahead),
     so its ``fired_ahead`` runs never count here."""
@@ -200,8 +204,9 @@ def _overlap(spec: Record, runs: list[dict[str, Any]]) -> dict[str, Any]:
             if k:
                 fate = {"state": "coalesced", "reason": "overlap",
                         "why": f"overlap queue_one: the run of {first} is still queued (waiting) when it fires"}
-        elif k + 1 < len(runs):  # replace: the next slot's run revokes it at once
-            fate = {"state": "failed", "reason": "overlap",
+        elif k + 1 < len(runs):  # replace: the next slot's run revokes it at once (fire.revoke)
+            nxt = f"{name}@{runs[k + 1]['slot_ms']}"
+            fate = {"state": "failed", "error": f"replaced by run {nxt} (overlap policy replace)",
                     "why": f"overlap replace: made, then revoked by the run of {runs[k + 1]['slot']} in the "
                            "same fire"}
         r["overlap"] = fate
