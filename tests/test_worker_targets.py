@@ -185,6 +185,20 @@ def test_the_workers_of_one_app_version_hold_one_targets_list_restored_too():
     assert w["w1"]["targets"] == targets[:5] and w["w0"]["targets"] == targets == w["w2"]["targets"]
 
 
+def test_the_shared_targets_lists_are_bounded(monkeypatch):
+    """A worker token may change its targets at every lease (each a hello): the table of shared
+    lists starts again from empty at its bound, where it kept every list ever said (a review)."""
+    monkeypatch.setattr(limits, "shared_target_lists_max", 3)
+    s = state_with()
+    for i in range(20):
+        with_targets(s, T0 + i, [f"app.jobs:v{i}"], worker="flapper")
+        assert len(s._target_lists) <= 3
+    assert s.workers["flapper"]["targets"] == ["app.jobs:v19"]
+    with_targets(s, T0 + 30, [OLD], worker="a")
+    with_targets(s, T0 + 30, [OLD], worker="b")  # (shared still, after the table started again)
+    assert s.workers["a"]["targets"] is s.workers["b"]["targets"]
+
+
 # ---------------------------------------------------------------------------- the worker's side
 def test_a_worker_of_an_app_says_its_handlers_and_leases_without_them_from_an_older_node():
     """RemoteChannel sends ``targets`` (``raftsched worker --app``: AppExecutors.targets); a node

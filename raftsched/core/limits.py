@@ -153,6 +153,10 @@ fire_entry_records_max = 4
 #: (records.share_int), and the longest string it interns (records.intern_str).
 shared_ints_max = 4096
 interned_str_chars_max = 64
+#: Distinct worker targets lists the state keeps one shared copy of (workers.share_targets)
+#: before it starts again from empty: a list is ~38 KB at most (128 names of 120 characters),
+#: and a worker token that changes its targets at every lease must not grow the table for good.
+shared_target_lists_max = 256
 error_chars_max = 2048
 output_bytes_max = 4096
 

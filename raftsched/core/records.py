@@ -293,22 +293,6 @@ def share_int(v: Any, ints: IntTable) -> Any:
     return shared
 
 
-def share_part(parts: PartTable, k: str, v: Any) -> Any:
-    """``v``, or an equal object already held under ``k`` in ``parts`` (a worker's targets: the
-    workers of one app version say the same list, 128 names at most, ~9 KB a worker unshared).
-    Never to be changed in place. Invisible in the bytes."""
-    try:
-        key = part_key(k, v)
-    except TypeError:
-        return v
-    shared = parts.get(key)
-    if shared is None:
-        if len(parts) < limits.shared_spec_parts_max:
-            parts[key] = v
-        return v
-    return shared
-
-
 def seed_part(parts: PartTable, k: str, part: Any) -> None:
     """Later put_jobs share this part object (one restored from a snapshot)."""
     if len(parts) < limits.shared_spec_parts_max:

@@ -242,6 +242,8 @@ class SchedulerState:
         self._parts: PartTable = {}
         #: int -> the one object jobs hold for it (records.share_int)
         self._ints: IntTable = {}
+        #: a worker targets list, as a tuple -> the one list workers hold for it (workers.share_targets)
+        self._target_lists: dict[tuple[str, ...], list[str]] = {}
         #: fire.trim's scan cache (the fire fast path's): id(history list) -> that list, for the
         #: histories known to hold no entry trim may drop (fire.clean_history), valid while
         #: ``_trim_epoch`` is ``_trim_clean_epoch``. The epoch moves with every command that may

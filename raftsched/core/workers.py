@@ -61,7 +61,7 @@ from .leases import close_attempt, live, outside, tenants_field
 from .model import EXECUTOR_TYPES, NAME_RE, TARGET_RE
 from .placement import validate_worker_labels
 from .queues import add_dead, enqueue
-from .records import Record, Result, is_int, ok, share_part
+from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:
     from .commands import Command
@@ -202,6 +202,22 @@ def is_gone(w: Record, now_ms: int) -> bool:
     return now_ms - seen > limits.worker_gone_ms
 
 
+def share_targets(table: dict[tuple[str, ...], list[str]], targets: list[str]) -> list[str]:
+    """``targets``, or an equal list another worker's record holds already (``table``: the
+    state's, or a restore's): the workers of one app version say the same list, up to 128 names
+    (~9 KB a worker unshared: 137 MiB a replica at 10 000 workers, 11 MiB shared). Never changed
+    in place (a hello replaces it). The table starts again from empty at
+    ``limits.shared_target_lists_max`` lists, so lists no worker says any more do not stay for
+    good. Invisible in the bytes."""
+    key = tuple(targets)
+    shared = table.get(key)
+    if shared is None:
+        if len(table) >= limits.shared_target_lists_max:
+            table.clear()
+        shared = table[key] = targets
+    return shared
+
+
 def touch(s: SchedulerState, worker: object, now: int) -> Record | None:
     """Note that a command named ``worker`` at state time ``now``; its record, or None when it
     is not registered (then nothing changes)."""
@@ -255,7 +271,7 @@ def apply_worker_hello(s: SchedulerState, cmd: Command, now: int) -> Result:
     except InvalidSpec as e:
         raise _as_command_error("worker_hello", e) from None
     if facts[TARGETS] is not None:  # (the same list object for every worker of an app version)
-        facts[TARGETS] = share_part(s._parts, TARGETS, facts[TARGETS])
+        facts[TARGETS] = share_targets(s._target_lists, facts[TARGETS])
     reg = s.workers
     w = reg.get(worker)
     if w is None:
@@ -405,11 +421,11 @@ def _encode(reg: dict[str, Record]) -> list[list[Any]] | None:
 
 def _decode(data: list[list[Any]]) -> dict[str, Record]:
     # Equal targets lists restored as one object, as apply_worker_hello shares them.
-    lists: dict[tuple[Any, ...], Any] = {}
+    lists: dict[tuple[str, ...], list[str]] = {}
     for _wid, rec in data:
         t = rec.get(TARGETS)
         if type(t) is list and all(type(x) is str for x in t):
-            rec[TARGETS] = lists.setdefault(tuple(t), t)
+            rec[TARGETS] = share_targets(lists, t)
     return {wid: rec if "completed" in rec else _with_completed(rec) for wid, rec in data}
 
 
