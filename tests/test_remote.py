@@ -195,6 +195,33 @@ def test_a_worker_heartbeats_as_often_as_the_nodes_answer_asks_within_a_third_of
     run(t())
 
 
+def test_a_leave_never_raises_nor_outlasts_its_deadline(monkeypatch, caplog):
+    """A worker stopped by a signal says it leaves: a node of a version without the route (404),
+    or one that never answers, leaves it to drain and stop as before, within leave_deadline_s."""
+    monkeypatch.setattr(worker_limits, "leave_deadline_s", 0.5)
+
+    async def t():
+        old = Node([(404, {"error": {"code": "not_found", "message": "no route", "field": None}})])
+        hang = Node(["hang"])
+        try:
+            instances = []
+            for n in (old, hang):
+                ch = RemoteChannel(WorkerConfig(urls=[await n.start()], token=TOKEN, worker_id="w/1"), SystemClock())
+                instances.append(ch.facts["instance"])
+                t0 = time.monotonic()
+                await ch.leave("stopping")
+                assert time.monotonic() - t0 < 3
+                await ch.close()
+            (path, _, body), = old.requests
+            assert path == "/v1/workers/w%2F1/leave" and body == {"instance": instances[0], "reason": "stopping"}
+        finally:
+            await old.close()
+            await hang.close()
+    with caplog.at_level("INFO", logger="raftsched"):
+        run(t())
+    assert caplog.text.count("the cluster was not told it leaves") == 2
+
+
 def test_a_default_worker_id_is_host_slash_pid():
     wid = default_worker_id()
     host, _, pid = wid.rpartition("/")

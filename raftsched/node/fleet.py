@@ -49,6 +49,7 @@ from .. import sealing
 from ..worker import limits as worker_limits
 from . import limits as node_limits
 from .dispatch import Dispatcher, LeaseRequest
+from .reads import ReadBarrier
 from .views import worker_view
 
 log = logging.getLogger("raftsched.fleet")
@@ -241,6 +242,8 @@ class Fleet:
         self.embedded_id = embedded_id
         self.propose_timeout_s = propose_timeout_s
         self.proposer = Proposer(raft, propose_timeout_s)
+        #: the read barrier of a leave (its instance checked against the log's view)
+        self.reads = ReadBarrier(raft, propose_timeout_s)
         #: seconds between workers_seen reports (a test hook may make it longer)
         self.seen_interval_s = seen_interval_s or node_limits.workers_seen_interval_s
         self.dispatcher = Dispatcher(raft, clock, self.propose, self.release_grants, by=node_id)
@@ -352,7 +355,11 @@ class Fleet:
         shows it ``draining`` from now on and grants it nothing, where it showed it ``active``
         until unseen for ``worker_gone_ms``. A leave of another instance than the one registered
         (a new process under the id since) changes nothing: ``{"worker", "state", "changed":
-        false}``. A new instance's hello makes a drained worker active again.
+        false}``; it is checked after a read barrier, so a registration acknowledged before the
+        leave arrived is seen. One that commits while the leave's drain is on its way is drained
+        with it (the command names no instance: a replica of an older version would apply it
+        regardless): two processes of one id alive at once, which the registry does not support.
+        A new instance's hello makes a drained worker active again.
 
         :raises NotFound: no such worker. :raises InvalidSpec: a bad body."""
         wid = _worker_id(wid)
@@ -364,6 +371,7 @@ class Fleet:
         reason = b.get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 200):
             raise InvalidSpec("must be a string of at most 200 characters", field="reason")
+        await self.reads.wait()
         rec = self._own_worker(wid, tenants)
         if rec is None:
             raise NotFound(f"no worker {wid!r}", field="worker")

@@ -432,9 +432,16 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         for t in (stop_w, drain_w):
             t.cancel()
         task.cancel()
-        if leaving is not None and force.is_set():
-            leaving.cancel()  # (a second signal: stop now)
-        await asyncio.gather(task, stop_w, drain_w, *(() if leaving is None else (leaving,)), return_exceptions=True)
+        await asyncio.gather(task, stop_w, drain_w, return_exceptions=True)
+        if leaving is not None:
+            # The leave's answer, for up to its deadline (~5 s), unless a second signal says stop now.
+            forced = asyncio.create_task(force.wait())
+            try:
+                await asyncio.wait({leaving, forced}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                forced.cancel()
+                leaving.cancel()
+                await asyncio.gather(leaving, forced, return_exceptions=True)
         await channel.close()
         no_handler = getattr(cfg.executor_lookup, "refused", 0)  # (--app: runs it had no handler for)
         log.info("worker %s: stopped (%d completed, %d outcomes refused as stale, %d given back%s%s)", cfg.worker_id,
