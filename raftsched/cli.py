@@ -675,7 +675,20 @@ def _apply(a, c: Client) -> int:
                   "before it would leave it (a job whose `after` names a new job of an earlier request, and the "
                   "bounds, are judged without them)", file=sys.stderr)
         return _apply_dry_run(a, c, body["jobs"], parts, create_only, paused)
-    same = {} if a.all else _unchanged(c, body["jobs"], parts, create_only, paused)
+    # Compared first (but with --all): a retry after an unknown outcome too, whose jobs that
+    # applied then compare unchanged now and are left out.
+    same: dict = {}
+    if not a.all:
+        same, refused = _unchanged(c, body["jobs"], parts, create_only, paused)
+        if refused is not None:
+            err_body = getattr(refused, "body", None)
+            err = err_body.get("error") if isinstance(err_body, dict) else None
+            if isinstance(err, dict):
+                show({"error": err})
+            else:
+                print(f"raftsched: {refused.message}", file=sys.stderr)
+            print("raftsched: nothing was written (comparing the file with the cluster failed)", file=sys.stderr)
+            return 1
     if same:
         names = [n for n in names if n not in same]
         parts = job_batches(names, body["jobs"]) if names else []
@@ -695,7 +708,7 @@ def _apply(a, c: Client) -> int:
     finally:
         bar.close()  # the bar's line ends before anything is printed
     out: dict | None = _merge_batches(answers, len(parts) > 1) if answers else None
-    if same:
+    if not a.all and (same or failed is None):  # (a first request refused, alone: its error alone)
         out = out or _merge_batches([], False)
         for n, r in same.items():  # (in the answer, after the jobs written; with a write's warnings)
             out["jobs"][n] = {"unchanged": True, "next_slot": r.get("next_slot"),
@@ -713,7 +726,9 @@ def _apply(a, c: Client) -> int:
             again = ["raftsched", "apply", a.file, "--idempotency-key", key] + (["--create-only"] if create_only else []) \
                 + (["--paused"] if paused else []) + (["--all"] if a.all else [])
             print(f"raftsched: the Idempotency-Key was {key}: {shlex.join(again)} (with the same token) sends the "
-                  "same jobs again and applies each command at most once", file=sys.stderr)
+                  "jobs again" + (" (those that still differ: the ones that applied compare unchanged)"
+                                  if not a.all else "") + " and applies each command at most once",
+                  file=sys.stderr)
         if isinstance(err, dict):
             out = dict(out or {}, error=err)
         if out is not None:
@@ -782,21 +797,42 @@ def _plan(c: Client, jobs: dict, parts: list[list[str]], create_only: bool, paus
     return merged
 
 
-def _unchanged(c: Client, jobs: dict, parts: list[list[str]], create_only: bool, paused: bool) -> dict:
+def _unchanged(c: Client, jobs: dict, parts: list[list[str]], create_only: bool,
+               paused: bool) -> tuple[dict, RaftschedError | None]:
     """The jobs of the file the cluster holds as they are (a dry run's ``unchanged``, that
-    ``paused`` would not pause): name -> that answer. Writing them would change nothing but
-    their generation (and add an audit line and a command each), so ``apply`` leaves them out.
-    {} when the dry run could not say: a node of a version without it (said on stderr), or
-    another error, which the write then answers as it did (an invalid job, no leader)."""
+    ``paused`` would not pause): (name -> that answer, None). Writing them would change nothing
+    but their generation (and add an audit line and a command each), so ``apply`` leaves them
+    out. A node of a version without the dry run: ({}, None), every job written, as before (said
+    on stderr). A request of a file split into several that the node refuses (an ``after``
+    naming a job of an earlier request, not written yet): its jobs are all written, and its
+    refusal, if real, is the write's answer. Else a refusal, or no node's answer: ({}, the
+    error), which is the apply's answer (nothing written; the write would have answered the
+    same, after as long again)."""
+    same: dict = {}
+    bar = Progress(len(jobs), "compare")
     try:
-        plan = _plan(c, jobs, parts, create_only, paused, "compare")
-    except RaftschedError as e:
-        if e.code == "bad_request" and e.field == "dry_run":
-            print("raftsched: could not compare the file with the cluster (a node of a version before the dry "
-                  "run); writing every job", file=sys.stderr)
-        return {}
-    return {n: r for n, r in plan["jobs"].items()
-            if isinstance(r, dict) and r.get("action") == "unchanged" and not r.get("pauses")}
+        done = 0
+        for names_part in parts:
+            try:
+                res = c.put_jobs({n: jobs[n] for n in names_part}, create_only, dry_run=True,
+                                 **({"paused": True} if paused else {}))
+            except RaftschedError as e:
+                if e.code == "bad_request" and e.field == "dry_run":
+                    bar.close()
+                    print("raftsched: could not compare the file with the cluster (a node of a version before the "
+                          "dry run); writing every job", file=sys.stderr)
+                    return {}, None
+                if len(parts) == 1 or getattr(e, "status", None) is None or e.code == "unavailable":
+                    return {}, e
+                continue
+            for n, r in ((res.get("jobs") or {}) if isinstance(res, dict) else {}).items():
+                if isinstance(r, dict) and r.get("action") == "unchanged" and not r.get("pauses"):
+                    same[n] = r
+            done += len(names_part)
+            bar.update(done)
+    finally:
+        bar.close()
+    return same, None
 
 
 #: ``apply --dry-run --exit-code``'s status when the file would change something (2 is argparse's,

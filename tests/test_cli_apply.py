@@ -160,7 +160,7 @@ def test_json_output_is_one_document_however_many_requests(node, jobs_file, toke
     assert doc == {"jobs": {"a": {"created": True, "gen": 1, "next_slot": None},
                             "b": {"created": True, "gen": 2, "next_slot": None},
                             "c": {"created": True, "gen": 1, "next_slot": None}},
-                   "created": 3, "replaced": 0, "conflicts": 0, "commands": 2, "requests": 2}
+                   "created": 3, "replaced": 0, "conflicts": 0, "commands": 2, "requests": 2, "unchanged": 0}
     assert [sorted(b["jobs"]) for _, _, b in n.seen] == [["a", "b"], ["c"]]
     assert len({k for _, k, _ in n.seen}) == 1  # one key for the file: a retry with it dedupes each part
     # A later request refused: what applied, and the node's error, in one document; exit 1.
@@ -255,6 +255,30 @@ def test_apply_leaves_out_the_jobs_the_cluster_holds_as_they_are(node, jobs_file
     cap = capsys.readouterr()
     assert "could not compare the file with the cluster" in cap.err and "writing every job" in cap.err
     assert [set(b["jobs"]) for _, _, b in n.seen] == [{"a", "b", "c"}] * 2 and "dry_run" not in n.seen[1][2]
+    # The comparison refused (an invalid job): that is the answer, and nothing is written.
+    bad = {"error": {"code": "invalid", "message": "job 'b': every_s must be >= 1", "field": "schedule.every_s",
+                     "job": "b"}}
+    n = node((422, bad), _ok("a", "b", "c"), auto_plan=False)
+    assert _apply(n, path, token_file) == 1
+    cap = capsys.readouterr()
+    assert json.loads(cap.out) == bad and "nothing was written" in cap.err and len(n.seen) == 1
+
+
+def test_a_split_file_writes_whole_a_request_the_node_cannot_compare_alone(node, jobs_file, token_file, capsys,
+                                                                           monkeypatch):
+    """A file of several requests whose later one names a new job of an earlier one in `after`:
+    its dry run alone is refused, and its jobs are written (the earlier request's first)."""
+    monkeypatch.setattr(limits, "batch_jobs_max", 2)
+    path = jobs_file("a", "b", "c")
+    plan = (200, {"dry_run": True, "jobs": {"a": {"action": "create"}, "b": {"action": "unchanged"}},
+                  "create": 1, "replace": 0, "unchanged": 1, "conflicts": 0})
+    after = (422, {"error": {"code": "invalid", "message": "job 'c': after names no job 'a'", "field": "after",
+                             "job": "c"}})
+    n = node(plan, after, _ok("a", "c"), auto_plan=False)
+    assert _apply(n, path, token_file) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [set(b["jobs"]) for _, _, b in n.seen] == [{"a", "b"}, {"c"}, {"a", "c"}]
+    assert doc["unchanged"] == 1 and doc["jobs"]["b"]["unchanged"] is True and doc["created"] == 2
 
 
 def test_exit_code_without_dry_run_is_a_usage_error(node, jobs_file, token_file, capsys):
