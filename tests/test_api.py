@@ -280,6 +280,31 @@ def test_a_ping_naming_a_slot_without_a_run_says_the_slot_as_it_was_sent():
     run(t)
 
 
+def test_a_retried_end_ping_gets_its_first_answer():
+    """A walk: a success or fail ping retried with its Idempotency-Key (curl --retry after a lost
+    answer) was 409 "ended already" (the node's look for the slot found it ended, before the
+    request log), where a retried start got the first answer. Both get it now; a second ping
+    without the key is still 409."""
+    hb = {"schedule": {"every_s": 60}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"}}
+
+    async def t(env, c):
+        assert (await put(c, "hb", hb)).status == 201
+        slot = env.state.jobs["hb"]["next"]
+        env.clock.advance(slot + 500 - env.clock.now_ms())
+        await env.trigger.tick()
+        for status, key in (("start", "k-start"), ("fail", "k-fail")):
+            headers = dict(AUTH, **{"Idempotency-Key": key})
+            first = await c.post("/v1/jobs/hb/ping", json={"status": status}, headers=headers)
+            body = await first.json()
+            assert first.status == 200, body
+            again = await c.post("/v1/jobs/hb/ping", json={"status": status}, headers=headers)
+            assert again.status == 200 and await again.json() == dict(body, duplicate=True), await again.text()
+        assert env.state.runs[f"hb@{slot}"]["state"] in ("failed", "dead")
+        r = await c.post("/v1/jobs/hb/ping", json={"status": "fail"}, headers=AUTH)
+        assert r.status == 409 and "ended already" in (await r.json())["error"]["message"]
+    run(t)
+
+
 def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_edge():
     """A gated child (schedule + after, match same_slot) made a second after its parent, both
     every 3 s, never shared a slot with it (each interval grid is anchored where its job was

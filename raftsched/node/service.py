@@ -715,10 +715,22 @@ class Service:
                 slot = schedule.parse_iso_ms(slot, "slot")
             elif isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot <= limits.time_ms_max:
                 raise InvalidSpec("must be an ISO-8601 time or ms since the epoch", field="slot")
+        rid = rid or new_request_id()
         if slot is None:
-            slot = await self._ping_slot(name, status)
+            try:
+                slot = await self._ping_slot(name, status)
+            except Conflict:
+                # The slot at hand ended: a ping sent twice, or a retry of one whose answer was
+                # lost (its Idempotency-Key): that one gets the first answer, as every retried
+                # request does (the request log's, which the proposer reads first).
+                again = commands.ping(self.clock.now_ms(), rid, name=name, status=status, slot=None)
+                seen = self.read(queries.replayed, again)
+                if seen is None:
+                    raise
+                res = Proposer.result(seen, again)  # (the first answer's error, raised, when it was one)
+                return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
         try:
-            res = await self.propose(commands.ping(self.clock.now_ms(), rid or new_request_id(), name=name,
+            res = await self.propose(commands.ping(self.clock.now_ms(), rid, name=name,
                                                    status=status, slot=slot))
         except NotFound as e:
             if e.field != "slot" or slot is None:
