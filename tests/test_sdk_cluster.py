@@ -281,6 +281,8 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             fleet = await call("workers", consistent=True)
             assert wid in [w["id"] for w in fleet["workers"]]
             assert (await call("worker", wid, consistent=True))["id"] == wid
+            assert (await call("worker_leave", wid, "another-instance"))["changed"] is False  # (not this process)
+            assert (await call("worker_leave", wid, "sdk-test"))["state"] == "draining"
             assert (await call("drain_worker", wid))["state"] == "draining"
 
             # A heartbeat job: pinged once its first slot has fired (a 1 s interval), then its
