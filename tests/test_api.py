@@ -305,6 +305,47 @@ def test_a_retried_end_ping_gets_its_first_answer():
     run(t)
 
 
+def test_a_gated_child_of_a_triggered_job_is_held_to_the_slots_that_job_runs_at():
+    """A walk: a gated child (schedule + after) of a triggered job (no schedule: it runs at its
+    own parents' slots) was never checked, and each of its slots waited a day for a run the
+    triggered job could never have. It is held to the scheduled jobs the triggered one takes its
+    slots from (through any depth), by PUT and by batch, and so is a triggered job's change of
+    parents that would part it from its gated children."""
+    from raftsched.core.schedule import iso as schedule_iso
+    ext = dict(SPEC, schedule={"every_s": 60})
+
+    def trig(*after):
+        return {"executor": SPEC["executor"], "after": list(after)}
+
+    async def t(env, c):
+        assert (await put(c, "extract", ext)).status == 201
+        assert (await put(c, "transform", trig("extract"))).status == 201
+        assert (await put(c, "load", trig("transform"))).status == 201
+        env.clock.advance(1500)  # (a child made now: its grid is not extract's)
+        body = await err(await put(c, "report", dict(ext, after=["load"])), 422, "invalid", "after[0].job")
+        msg = body["error"]["message"]
+        assert "never meet those of load" in msg and "runs at the slots of extract" in msg, msg
+        assert "report" not in env.state.jobs
+        # made on extract's grid: accepted; a second scheduled source of load that parts them: refused
+        start = schedule_iso(env.state.jobs["extract"]["anchor"])
+        aligned = dict(ext, schedule={"every_s": 60, "start_at": start}, after=["load"])
+        r = await put(c, "report", aligned)
+        assert r.status == 201, await r.text()
+        assert (await put(c, "other", dict(SPEC, schedule={"every_s": 60}))).status == 201  # (another grid)
+        body = await err(await put(c, "load", trig("transform", "other")), 422, "invalid", "after[1].job")
+        assert "report waits slot by slot for this job" in body["error"]["message"], body
+        assert [e["job"] for e in env.state.jobs["load"]["spec"]["after"]] == ["transform"], "refused: unchanged"
+        # a batch: the same check, the triggered job and the child in one request
+        env.clock.advance(1500)
+        r = await c.post("/v1/jobs:batch", json={"jobs": {
+            "t2": trig("extract"), "r2": dict(ext, after=["t2"])}}, headers=AUTH)
+        body = await err(r, 422, "invalid", "after[0].job")
+        assert body["error"]["job"] == "r2" and "runs at the slots of extract" in body["error"]["message"], body
+        # match latest is not held to slots
+        assert (await put(c, "r3", dict(ext, after=["load"], match="latest"))).status == 201
+    run(t)
+
+
 def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_edge():
     """A gated child (schedule + after, match same_slot) made a second after its parent, both
     every 3 s, never shared a slot with it (each interval grid is anchored where its job was

@@ -426,16 +426,15 @@ class Service:
             if n not in anchors:
                 anchors[n] = self._position(n, specs[n]["schedule"], now)[1]
             return anchors[n]
+        # The batch's jobs as the check reads them, each anchor computed when read (a triggered job
+        # has none: it runs at its parents' slots).
+        pos = _Pending(specs, lambda n: anchor_of(n) if "schedule" in specs[n] else 0)
         for name, spec in specs.items():
-            if "schedule" not in spec or not (("after" in spec and spec.get("match", "same_slot") == "same_slot")
-                                               or name in parents):
+            gated = "after" in spec and spec.get("match", "same_slot") == "same_slot"
+            if not gated and not ("schedule" in spec and name in parents):
                 continue
-            kids = self.read(pipelines.dependents, name) if name in parents else []
-            pos = {n: (specs[n], anchor_of(n)) for n in
-                   [e["job"] for e in spec.get("after", ()) if e["job"] in specs and "schedule" in specs[e["job"]]]
-                   + [k for k in kids if k in specs and "schedule" in specs[k]]}
             try:
-                self.check_slots_meet(name, spec, anchor_of(name), tenants, pos)
+                self.check_slots_meet(name, spec, anchor_of(name) if "schedule" in spec else 0, tenants, pos)
             except InvalidSpec as e:
                 raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
                                   errors=[{"job": name, "field": e.field, "message": e.message}]) from None
@@ -593,19 +592,15 @@ class Service:
                                   field=f"after[{i}].job")
 
     def check_slots_meet(self, name: str, spec: dict, anchor: int, tenants: frozenset | None,
-                         pending: dict[str, tuple[dict, int]] | None = None) -> None:
+                         pending: "dict[str, tuple[dict, int]] | _Pending | None" = None) -> None:
         """A gated job (``match: same_slot``) waits, slot by slot, for its parents' runs of the
         same slot: one whose slots can never be a parent's would record every slot
         ``upstream_timeout``, a day later by default, and say nothing before (pipelines.slots_never_meet
         tells the sure cases). Refused (422) as the child (``after[i].job``), and as a parent
         whose new schedule would part it from such a child (``schedule``). ``pending``: jobs of
-        the same batch, name -> (spec, anchor)."""
-        if "schedule" not in spec:
-            return
-        # Only what this put changes: a pair stored before the check (or by a batch that made
-        # it together) does not block other edits of either job.
-        was = self.read(queries.job, name)
-        same_slots = was is not None and was["spec"].get("schedule") == spec["schedule"] and was["anchor"] == anchor
+        the same batch, name -> (spec, anchor). A job without a schedule of its own (triggered:
+        it runs at its parents' slots) passes its parents' slots on: a gated child of it is held
+        to them, and a triggered job's new parents to its gated children."""
 
         def stored(n: str) -> tuple[dict, int] | None:
             got = (pending or {}).get(n)
@@ -613,21 +608,91 @@ class Service:
                 job = self.read(queries.job, n)
                 got = None if job is None else (job["spec"], job["anchor"])
             return got
+
+        def named(n: str) -> str:
+            return n if self.visible_jobs([n], tenants) else "a job of another tenant"
+
+        was = self.read(queries.job, name)
+        if "schedule" not in spec:
+            if "after" not in spec or spec.get("match", "same_slot") != "same_slot" \
+                    or (was is not None and was["spec"].get("after") == spec["after"]
+                        and was["spec"].get("match") == spec.get("match")):
+                return
+            takers = self._slot_takers(name, stored)
+            for i, e in enumerate(spec["after"] if takers else ()):
+                for via, root in self._slot_sources(e["job"], stored):
+                    for kid, child in takers:
+                        why = pipelines.slots_never_meet(child[0], child[1], root[0], root[1])
+                        if why is not None:
+                            raise InvalidSpec(
+                                f"{named(kid)} waits slot by slot for this job, which has no schedule of its own and "
+                                f"would run at the slots of {named(via)}: they never meet: {why}",
+                                field=f"after[{i}].job")
+            return
+        # Only what this put changes: a pair stored before the check (or by a batch that made
+        # it together) does not block other edits of either job.
+        same_slots = was is not None and was["spec"].get("schedule") == spec["schedule"] and was["anchor"] == anchor
         same_edges = same_slots and was["spec"].get("after") == spec.get("after") \
             and was["spec"].get("match") == spec.get("match")
         for i, e in enumerate(() if same_edges else spec.get("after", ())):
-            parent = stored(e["job"])
-            why = None if parent is None else pipelines.slots_never_meet(spec, anchor, parent[0], parent[1])
+            # A parent without a schedule of its own (triggered) runs at its own parents' slots:
+            # the child is held to the scheduled jobs it takes its slots from, through it.
+            for via, root in self._slot_sources(e["job"], stored):
+                why = pipelines.slots_never_meet(spec, anchor, root[0], root[1])
+                if why is not None:
+                    through = "" if via == e["job"] else \
+                        f" ({e['job']} has no schedule of its own: it runs at the slots of {named(via)})"
+                    raise InvalidSpec(f"its slots never meet those of {e['job']}, which it waits for slot by slot "
+                                      f"(match same_slot){through}: {why}", field=f"after[{i}].job")
+        for kid, child in () if same_slots else self._slot_takers(name, stored):
+            why = pipelines.slots_never_meet(child[0], child[1], spec, anchor)
             if why is not None:
-                raise InvalidSpec(f"its slots never meet those of {e['job']}, which it waits for slot by slot "
-                                  f"(match same_slot): {why}", field=f"after[{i}].job")
-        for kid in () if same_slots else self.read(pipelines.dependents, name):
-            child = stored(kid)
-            why = None if child is None else pipelines.slots_never_meet(child[0], child[1], spec, anchor)
-            if why is not None:
-                named = kid if self.visible_jobs([kid], tenants) else "a job of another tenant"
-                raise InvalidSpec(f"its slots would never meet those of {named}, which waits for it slot by "
+                raise InvalidSpec(f"its slots would never meet those of {named(kid)}, which waits for it slot by "
                                   f"slot (match same_slot): {why}", field="schedule")
+
+    #: How many jobs the walks through triggered jobs (no schedule of their own) look at, at most.
+    _SLOT_WALK_MAX = 256
+
+    def _slot_sources(self, parent: str, stored) -> list[tuple[str, tuple[dict, int]]]:
+        """The scheduled jobs whose slots ``parent``'s runs take: itself when it has a schedule,
+        else, through each job of its ``after`` that has none either and waits slot by slot
+        (match same_slot), the scheduled ones it reaches. (name, (spec, anchor)) each; a job not
+        (yet) stored, or a walk past _SLOT_WALK_MAX jobs, adds nothing (not told for sure)."""
+        out: list[tuple[str, tuple[dict, int]]] = []
+        todo, seen = [parent], {parent}
+        while todo and len(seen) <= self._SLOT_WALK_MAX:
+            n = todo.pop()
+            got = stored(n)
+            if got is None:
+                continue
+            if "schedule" in got[0]:
+                out.append((n, got))
+            elif got[0].get("match", "same_slot") == "same_slot":
+                for e in got[0].get("after", ()):
+                    if e["job"] not in seen:
+                        seen.add(e["job"])
+                        todo.append(e["job"])
+        return out
+
+    def _slot_takers(self, parent: str, stored) -> list[tuple[str, tuple[dict, int]]]:
+        """The scheduled jobs that wait slot by slot for ``parent``'s runs: its dependents with a
+        schedule, and through each dependent without one (triggered, match same_slot: it runs
+        at ``parent``'s slots), theirs. (name, (spec, anchor)) each, bounded as _slot_sources."""
+        out: list[tuple[str, tuple[dict, int]]] = []
+        todo, seen = [parent], {parent}
+        while todo and len(seen) <= self._SLOT_WALK_MAX:
+            for kid in self.read(pipelines.dependents, todo.pop()):
+                if kid in seen:
+                    continue
+                seen.add(kid)
+                got = stored(kid)
+                if got is None:
+                    continue
+                if "schedule" in got[0]:
+                    out.append((kid, got))
+                elif got[0].get("match", "same_slot") == "same_slot":
+                    todo.append(kid)
+        return out
 
     async def delete_job(self, name: str, rid: str | None, force: bool = False,
                          tenants: frozenset | None = None) -> dict:
@@ -1213,3 +1278,17 @@ def _change(path: str, a, b, budget: list[int]) -> dict:
             out[side] = v
             budget[0] -= n
     return out
+
+
+class _Pending:
+    """A batch's jobs as ``check_slots_meet`` reads them: ``get(name)`` -> (spec, anchor) or None,
+    the anchor computed on first read (a batch of 10 000 jobs computes those of its pipelines'
+    jobs only)."""
+
+    def __init__(self, specs: dict[str, dict], anchor_of) -> None:
+        self._specs = specs
+        self._anchor_of = anchor_of
+
+    def get(self, name: str) -> tuple[dict, int] | None:
+        spec = self._specs.get(name)
+        return None if spec is None else (spec, self._anchor_of(name))
