@@ -60,17 +60,28 @@ def extract(ctx):
     return {"night": ctx.slot_iso, "rows": 42}
 
 
+def parent_result(ctx) -> dict:
+    """The one parent's result for this night: its run for the same slot (``ctx.upstream``: its
+    id, outcome, token and result). A run by hand (raftsched trigger) has no parents' outcomes
+    (``ctx.upstream`` is None): it fails saying so, not with a TypeError."""
+    if ctx.upstream is None:
+        raise RuntimeError(f"{ctx.job} runs after its parent: run the night from the top "
+                           "(trigger or backfill extract, --cascade children)")
+    (up,) = ctx.upstream
+    return up["result"]
+
+
 @app.job("transform", after=["extract"], max_wait_s=6 * 3600, timeout_s=1800, notify=TOLD)
 def transform(ctx):
-    (up,) = ctx.upstream  # extract's run for the same night: its id, outcome, token and result
-    return {"night": up["result"]["night"], "clean_rows": up["result"]["rows"] - 2}
+    got = parent_result(ctx)
+    return {"night": got["night"], "clean_rows": got["rows"] - 2}
 
 
 @app.job("report", after=["transform"], max_wait_s=6 * 3600, timeout_s=600,
          deadline={"succeed_by": "06:00", "max_since_success_s": 26 * 3600}, notify=TOLD)
 def report(ctx):
-    (up,) = ctx.upstream
-    ctx.log.info("report for %s: %d rows", up["result"]["night"], up["result"]["clean_rows"])
+    got = parent_result(ctx)
+    ctx.log.info("report for %s: %d rows", got["night"], got["clean_rows"])
     return {"published": True}
 
 

@@ -346,6 +346,24 @@ def test_a_gated_child_of_a_triggered_job_is_held_to_the_slots_that_job_runs_at(
     run(t)
 
 
+def test_a_run_by_hand_of_a_pipeline_child_warns_it_has_no_upstream():
+    """A walk: `raftsched trigger load` (a job that runs after others) made a run whose handler
+    read ctx.upstream as None and died with a TypeError; nothing said so. The answer warns, with
+    or without a slot; a job without parents gets no warning."""
+    async def t(env, c):
+        assert (await put(c, "extract", SPEC)).status == 201
+        assert (await put(c, "load", {"executor": SPEC["executor"], "after": ["extract"]})).status == 201
+        for body in (None, {"payload": {"x": 1}}):
+            r = await c.post("/v1/jobs/load/trigger", headers=AUTH, **({} if body is None else {"json": body}))
+            got = await r.json()
+            assert r.status == 201, got
+            (w,) = got["warnings"]
+            assert "load runs after extract" in w and "ctx.upstream is None" in w, w
+        r = await c.post("/v1/jobs/extract/trigger", headers=AUTH)
+        assert r.status == 201 and "warnings" not in await r.json()
+    run(t)
+
+
 def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_edge():
     """A gated child (schedule + after, match same_slot) made a second after its parent, both
     every 3 s, never shared a slot with it (each interval grid is anchored where its job was

@@ -340,7 +340,7 @@ def test_a_held_heartbeat_slot_says_it_waits_for_the_resume_not_for_a_ping():
     slot = st.jobs["hb"]["next"]
     clock.advance(slot - 100 - clock.now_ms())
     asyncio.run(trig.tick())
-    assert svc.get_run(f"hb@{slot}")["waiting_for"] == "a ping: POST /v1/jobs/{name}/ping"
+    assert svc.get_run(f"hb@{slot}")["waiting_for"] == "a ping: POST /v1/jobs/hb/ping"
     assert asyncio.run(svc.pause_job("hb", None))["held"] == 1
     view = svc.get_run(f"hb@{slot}")
     assert (view["state"], view["waiting_for"]) == ("waiting", "its job to be resumed")

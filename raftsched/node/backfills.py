@@ -300,7 +300,7 @@ class BackfillService:
         res = await self.svc.propose(commands.trigger_job(self.svc.clock.now_ms(), rid or new_request_id(),
                                                           name=name, extra=t))
         body = {"job": name, "run": res["run"], "state": res["state"], "created": res.get("created", True)}
-        return (201 if body["created"] else 200), self.svc._out(res, body)
+        return (201 if body["created"] else 200), self.svc.with_upstream_warning(name, res["run"], self.svc._out(res, body))
 
 
 # ------------------------------------------------------------------ the leader's stepper

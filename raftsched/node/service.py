@@ -758,7 +758,23 @@ class Service:
     async def trigger_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
         res = await self.propose(commands.trigger_job(self.clock.now_ms(), rid or new_request_id(), name=name))
-        return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
+        return self.with_upstream_warning(name, res["run"],
+                                          self._out(res, {"job": name, "run": res["run"], "state": res["state"]}))
+
+    def with_upstream_warning(self, name: str, run_id: str, body: dict) -> dict:
+        """``body``, with a warning when the run of a job that runs after others (pipelines) has
+        no parents' outcomes: a run by hand, which its handler reads as ``ctx.upstream`` None
+        (``RAFTSCHED_UPSTREAM`` unset), where a handler written for its parents' results fails."""
+        job = self.read(queries.job, name)
+        if job is None or "after" not in job["spec"]:
+            return body
+        run = self.read(queries.run, run_id)
+        if run is not None and run.get("upstream") is None:
+            parents = ", ".join(e["job"] for e in job["spec"]["after"])
+            body["warnings"] = [f"{name} runs after {parents}: this run has no parents' outcomes (ctx.upstream is "
+                                "None, RAFTSCHED_UPSTREAM unset); to run the chain for a slot, trigger or backfill "
+                                f"{parents} with it (--cascade children)"]
+        return body
 
     async def ping(self, name: str, body, rid: str | None) -> dict:
         """A heartbeat job's ping: ``{"status": "start"|"success"|"fail", "slot": ISO time or ms,
@@ -1237,7 +1253,7 @@ class Service:
             elif v["state"] == "waiting" and "waiting_for" not in v:
                 # a heartbeat job's slot (docs/notifications.md); a pipeline child's slot waiting
                 # for its parents says for what already (core/pipelines.py waiting_run)
-                v["waiting_for"] = "a ping: POST /v1/jobs/{name}/ping"
+                v["waiting_for"] = f"a ping: POST /v1/jobs/{r['job']}/ping"
             elif r["state"] == "queued":
                 queued.append(r["id"])
         if queued:
