@@ -311,3 +311,19 @@ def test_a_queued_runs_reason_in_a_table_is_what_it_waits_for():
                      {"id": "j@2", "state": "skipped", "slot": "y", "attempt": None, "reason": "misfire"}]}
     text = cli_output.table(runs)
     assert "no worker has a handler" in text and "misfire" in text
+
+
+def test_a_key_value_table_shows_each_value_whole():
+    """A walk: a PUT's warning, an explain's why and a backfill dry run's slots were cut at 48
+    characters in a terminal's key/value table, the very fields those commands exist for."""
+    from raftsched import cli_output
+    why = "it succeeded after its succeed_within_s deadline of 600 s: it ended 612 s after its slot"
+    out = cli_output.table({"job": "j", "why": why, "warnings": ["deadline: a heartbeat job " + "x" * 80, "second"],
+                            "slots": ["2026-10-29T05:30:00Z"], "runs": [{"id": "r" * 80, "state": "queued"}]})
+    assert why in out and "deadline: a heartbeat job " + "x" * 80 in out, out
+    lines = out.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("warnings"))
+    assert lines[i + 1].strip() == "second"  # (one per line)
+    assert '["2026-10-29T05:30:00Z"]' in out
+    assert "r" * 80 not in out  # (a list of objects is a table, its cells cut still)
+
