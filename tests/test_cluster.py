@@ -163,6 +163,27 @@ def test_kill_leader_schedule_carries_on(cluster, policy):
     assert_slots_accounted(runs_of(cluster, leader, name), 1000, policy)
 
 
+def test_a_follower_left_alone_says_it_has_no_leader(tmp_path):
+    """A walk: the leader and one follower killed, the follower left answered /healthz 200
+    naming the dead leader, and reported no cluster.no_leader, for good (pysyncobj forgets a
+    leader only when it stands for election, which it does only while connected to a peer).
+    docs/operations.md, "Two nodes down": 503, and the condition after 3 s."""
+    c = Cluster(tmp_path, n=3)
+    c.start()
+    try:
+        leader = c.wait_leader(30)
+        other = next(j for j in range(3) if j != leader)
+        alone = next(j for j in range(3) if j not in (leader, other))
+        c.kill(leader, signal.SIGKILL)
+        c.kill(other, signal.SIGKILL)
+        wait_for(lambda: c.get(alone, "/healthz")[0] == 503, 15, "the survivor's /healthz 503")
+        wait_for(lambda: any(x.get("type") == "cluster.no_leader" for x in c.get(alone, "/v1/cluster")[1]
+                             .get("conditions", ())), 15, "cluster.no_leader on the survivor")
+        assert c.get(alone, "/v1/cluster")[1]["leader"] is None
+    finally:
+        c.stop()
+
+
 def test_whole_cluster_restart_keeps_jobs_and_history(tmp_path):
     c = Cluster(tmp_path)
     c.start()

@@ -120,6 +120,28 @@ def test_a_follower_held_up_past_its_deadline_reads_what_waits_before_it_stands(
     assert sync._SyncObj__raftCurrentTerm == 2 and sync._SyncObj__raftState == 1
 
 
+def test_a_follower_alone_forgets_a_leader_it_no_longer_hears(lone_follower, monkeypatch, caplog):
+    """A walk: the leader and the other follower killed, the follower left named the dead leader
+    for good (pysyncobj clears it only when it stands, which it does only while connected to a
+    peer): /healthz 200, no cluster.no_leader. It forgets it an election timeout and a second
+    after its last message, and knows it again at the next."""
+    sync, leader, _ = lone_follower
+    _append(sync, leader, 1, 1, 0, [], commit=1)  # the leader of term 1, heard
+    assert sync._getLeader() == leader
+    monkeypatch.setattr(sync._poller, "poll", lambda timeout: None)  # nothing comes in
+    assert not sync._SyncObj__connectedToAnyone()  # (no peer connected: it never stands)
+    sync._SyncObj__raftElectionDeadline = monotonic() - 0.5  # within the grace: still named
+    sync._onTick(0.0)
+    assert sync._getLeader() == leader
+    sync._SyncObj__raftElectionDeadline = monotonic() - 1.5
+    with caplog.at_level("WARNING"):
+        sync._onTick(0.0)
+    assert sync._getLeader() is None and "replication.leader_silent" in caplog.text
+    assert sync._SyncObj__raftCurrentTerm == 1 and sync._SyncObj__raftState == 0, "no election, no new term"
+    _append(sync, leader, 1, 1, 0, [], commit=1)  # heard again
+    assert sync._getLeader() == leader
+
+
 def test_a_tick_thread_held_up_is_logged_with_the_cpu_it_used(lone_follower, monkeypatch, caplog):
     """A tick that starts 0.3 s or more after the one before is logged (replication.tick_gap),
     with the thread's CPU time meanwhile: working (a long apply, a collection) or waiting (the

@@ -176,13 +176,33 @@ class _SyncObj(MembershipMixin, SyncObj):
         gate = self._sync_gate
         if gate is None:
             self._read_before_electing()
-            return SyncObj._onTick(self, timeToWait)
+            try:
+                return SyncObj._onTick(self, timeToWait)
+            finally:
+                self._forget_silent_leader()
         gate.flush()
         try:
             self._read_before_electing()
             return SyncObj._onTick(self, timeToWait)
         finally:
             gate.flush()
+            self._forget_silent_leader()
+
+    def _forget_silent_leader(self) -> None:
+        """A follower forgets a leader it has not heard from for its election timeout and
+        _SILENT_LEADER_GRACE_S more. pysyncobj clears the leader only when it stands for election,
+        which it does only while connected to some peer: a follower left alone (the leader and
+        the other follower dead) named the dead leader for good, its /healthz 200 and no
+        ``cluster.no_leader`` (a walk), and a learner, which never stands, likewise. The next
+        message of a leader names it again (pysyncobj's append_entries). Waiting commands are
+        failed as on any change of leader."""
+        if self._SyncObj__raftState == _LEADER or self._SyncObj__raftLeader is None \
+                or self._SyncObj__raftElectionDeadline + _SILENT_LEADER_GRACE_S >= monotonic():
+            return
+        logger.warning("replication.leader_silent leader=%s (no message from it for an election timeout: no leader "
+                       "known until one is heard from)", getattr(self._SyncObj__raftLeader, "address", None))
+        self._SyncObj__raftLeader = None
+        self._SyncObj__onLeaderChanged()
 
     def _read_before_electing(self) -> None:
         """pysyncobj's tick checks a follower's election deadline before it reads the network:
@@ -840,6 +860,9 @@ PYSYNCOBJ_LOGGER = "pysyncobj.syncobj"
 
 #: pysyncobj's raft states (``_RAFT_STATE``).
 _CANDIDATE, _LEADER = 1, 2
+#: Seconds past its election deadline a follower still names a leader it has not heard from
+#: (``_forget_silent_leader``): an election, when a peer answers, clears it before that.
+_SILENT_LEADER_GRACE_S = 1.0
 #: A node that refuses its vote to a candidate whose log is behind its own, or that wins the tie
 #: of a split vote, stands for election within this many seconds (uniformly drawn, so two such
 #: nodes rarely collide).
