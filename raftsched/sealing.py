@@ -72,6 +72,16 @@ class SealError(Exception):
     """A value that cannot be unsealed here; the message says why, never the value."""
 
 
+class KeyMissing(SealError):
+    """A value sealed under a key this node's ring does not hold (``key``): the node's
+    configuration (a key file not copied to it), not the value's fault; another node, or this
+    one once the file is there, unseals it."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def check_key_id(kid: object) -> str:
     """``kid`` if it is a key id (letters, digits, ``_``, ``-``; 1-16). :raises ValueError:"""
     if not isinstance(kid, str) or not KEY_ID_RE.fullmatch(kid):
@@ -253,7 +263,7 @@ class KeyRing:
         kid, _ = parse(sealed)
         assert isinstance(sealed, bytes)  # parse checked it
         if not self.holds(kid):
-            raise SealError(f"it is sealed under key {kid!r}, which this node's key ring does not hold")
+            raise KeyMissing(f"it is sealed under key {kid!r}, which this node's key ring does not hold", kid)
         start = 2 + len(kid) + FINGERPRINT_BYTES
         nonce = sealed[start:start + NONCE_BYTES]
         try:
@@ -344,6 +354,16 @@ def seal_spec(spec: dict, job: str, ring: KeyRing, kid: str, fingerprint: Callab
     return out
 
 
+#: A grant's key (unseal_grant) naming the key this node lacks to unseal it: never sent to a worker.
+KEY_MISSING = "secrets_key_missing"
+
+
+def ring_of(unseal: Callable[[dict], dict]) -> KeyRing:
+    """The ring an ``unseal_grant`` partial reads (PROCESS_RING for any other callable)."""
+    ring = (getattr(unseal, "keywords", None) or {}).get("ring")
+    return ring if isinstance(ring, KeyRing) else PROCESS_RING
+
+
 def unseal_grant(grant: dict, ring: KeyRing, where: str = "this node") -> dict:
     """The grant a worker gets: its executor's and its ``secrets``' sealed values in clear (a
     copy; values in clear from an older journal are passed as they are). A value that cannot be
@@ -376,5 +396,9 @@ def unseal_grant(grant: dict, ring: KeyRing, where: str = "this node") -> dict:
         bad = dict(grant, executor=None, secrets_error=f"{where} cannot unseal {field} of job {grant.get('job')!r}: "
                                                        f"{e} (docs/operations.md, \"Key files\")")
         bad.pop("secrets", None)
+        if isinstance(e, KeyMissing):
+            # Not the run's failure but the node's: the node gives it back (node/fleet.py), its
+            # attempt unspent, for a node that holds the key (or this one, once it does).
+            bad[KEY_MISSING] = e.key
         return bad
     return out

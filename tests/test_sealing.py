@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import gc
 import gzip
 import hashlib
@@ -16,6 +17,7 @@ import json
 import os
 import secrets
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -224,7 +226,10 @@ def test_a_node_whose_ring_lacks_the_named_key_refuses_and_picks_the_key_file_up
 
 
 # ---------------------------------------------------------------------------- unsealing where runs are handed out
-def test_the_embedded_worker_gets_its_secrets_in_clear_and_a_node_without_the_key_fails_the_run_saying_why(tmp_path):
+def test_the_embedded_worker_gets_its_secrets_in_clear_and_a_node_without_the_key_gives_the_run_back(tmp_path):
+    """A node whose ring lacks the key (a walk: a replacement node started without the key
+    files) failed the run, spending its attempts, for the node's fault: it gives it back now,
+    unspent, takes no run until the key is there, and a node that holds it runs it."""
     async def t():
         state = SchedulerState()
         raft = Raft(state)
@@ -238,17 +243,26 @@ def test_the_embedded_worker_gets_its_secrets_in_clear_and_a_node_without_the_ke
         task = asyncio.create_task(worker.run())
         await wait_until(lambda: state.runs[ok]["state"] == "succeeded", 20, "the run with its secrets")
         await stop(task)
-        # A node whose ring lacks k1: the run fails, recorded with the reason; nothing crashes.
+        # A node whose ring lacks k1: the run is given back, its attempt unspent; nothing crashes.
         bad = (await svc.trigger_job("j", None))["run"]
         empty = KeyRing()
         worker = Worker(raft, clock, "n2", sandbox=None, slots=1, single_node=True, poll_interval_s=0.01,
-                        unseal=lambda g: sealing.unseal_grant(g, empty, "node n2"))
+                        unseal=functools.partial(sealing.unseal_grant, ring=empty, where="node n2"))
         task = asyncio.create_task(worker.run())
-        await wait_until(lambda: state.runs[bad]["state"] == "dead", 20, "the run to fail")
+        await wait_until(lambda: state.runs[bad].get("attempts"), 20, "the run given back")
+        await wait_until(lambda: worker.channel.keys_missing == {"k1"}, 5, "the key noted missing")
+        attempts = len(state.runs[bad]["attempts"])
+        assert not worker.channel.may_acquire()  # (it takes no run while the key is missing)
         await stop(task)
-        err = state.runs[bad]["attempts"][-1]["error"]
-        assert "node n2 cannot unseal" in err and "'k1'" in err and "does not hold" in err, err
-        assert SECRET not in json.dumps(state.runs[bad]) and task.done()
+        att = state.runs[bad]["attempts"][-1]
+        assert state.runs[bad]["state"] == "queued" and att["released"] is True and "lacks key k1" in att["error"], att
+        assert attempts == 1 and SECRET not in json.dumps(state.runs[bad]) and task.done()
+        # The node that holds the key runs it.
+        worker = Worker(raft, clock, "n1", sandbox=None, slots=1, single_node=True, poll_interval_s=0.01,
+                        unseal=functools.partial(sealing.unseal_grant, ring=ring, where="node n1"))
+        task = asyncio.create_task(worker.run())
+        await wait_until(lambda: state.runs[bad]["state"] == "succeeded", 20, "the run, on a node with the key")
+        await stop(task)
     asyncio.run(asyncio.wait_for(t(), 60))
 
 
@@ -273,11 +287,28 @@ def test_a_remote_worker_gets_its_secrets_in_clear_from_the_lease_response_and_n
             await wait_until(lambda: state.runs[rid]["state"] in ("succeeded", "dead"), 20, "the remote run")
             assert state.runs[rid]["state"] == "succeeded", state.runs[rid]
             assert state.runs[rid]["worker"] == "far/1"
-            # The node that lacks the key answers the lease with the reason, and no sealed bytes.
-            fleet.unseal = lambda g: sealing.unseal_grant(g, KeyRing(), "node node-2")
+            # A node that lacks the key (its ring as a replacement node's without the key files):
+            # the run is given back, unspent, and the worker's lease requests are sent elsewhere
+            # (503) while /v1/cluster says why; once the key is in its ring it serves again.
+            empty = KeyRing()
+            fleet.unseal = functools.partial(sealing.unseal_grant, ring=empty, where="node node-2")
+            fleet.keyring = empty
             rid = (await svc.trigger_job("j", None))["run"]
-            await wait_until(lambda: state.runs[rid]["state"] == "dead", 20, "the run to fail")
-            assert "node node-2 cannot unseal" in state.runs[rid]["attempts"][-1]["error"]
+            await wait_until(lambda: state.runs[rid].get("attempts"), 20, "the run given back")
+            att = state.runs[rid]["attempts"][-1]
+            assert state.runs[rid]["state"] == "queued" and att["released"] is True and "lacks key k1" in att["error"]
+            assert fleet.keys_missing == {"k1"}
+            base, auth = f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {TOKEN}"}
+            async with aiohttp.ClientSession() as c:  # (a TestClient would close the server after it)
+                r = await c.post(f"{base}/v1/workers/other/lease", headers=auth,
+                                 json={"slots": 1, "executors": ["shell"], "max": 1, "wait_s": 0})
+                assert r.status == 503 and "key ring lacks it" in (await r.json())["error"]["message"]
+                cond = (await (await c.get(f"{base}/v1/cluster", headers=auth)).json())
+                assert [x["keys"] for x in cond["conditions"] if x["type"] == "node.keys_missing"] == [["k1"]], cond
+            fleet.unseal = functools.partial(sealing.unseal_grant, ring=ring, where="node node-1")
+            fleet.keyring = ring  # (the key file copied in)
+            await wait_until(lambda: state.runs[rid]["state"] == "succeeded", 20, "the run, once the key is there")
+            assert not fleet.keys_missing
             stop_ev.set()
             assert await asyncio.wait_for(worker, 10) == 0
         finally:
@@ -304,7 +335,16 @@ def test_unseal_grant_opens_every_map_passes_values_in_clear_and_never_hands_out
         out = sealing.unseal_grant(dict(grant, secrets={"API_KEY": bad}), ring, "node x")
         assert out["executor"] is None and "secrets" not in out
         assert out["secrets_error"].startswith("node x cannot unseal secrets.API_KEY of job 'j'")
+        assert sealing.KEY_MISSING not in out  # (the value's fault: the run fails, saying why)
         json.dumps(out)  # nothing sealed left in it: a lease response can carry it
+    # A key the ring lacks is the node's fault: marked, for the node to give the run back.
+    out = sealing.unseal_grant(grant, KeyRing(), "node x")
+    assert out[sealing.KEY_MISSING] == "k1" and out["executor"] is None and "secrets" not in out
+    from raftsched.node import notify
+    sink = {"secrets": {"signing_key": ring.seal("k1", "s", b"0000", notify._place("s", "signing_key"))}}
+    assert notify.clear_secrets(ring, "s", sink) == {"signing_key": "s"}
+    why = notify.clear_secrets(KeyRing(), "s", sink)
+    assert isinstance(why, notify.Unreachable) and "does not hold" in why  # (its events wait, not dead)
     # A grant with no secret map is handed out as it is (most grants: no list of values built);
     # a sealed map of either kind is opened without the other.
     for plain in ({"id": "j@3", "job": "j", "executor": {"type": "python", "target": "m:f"}},

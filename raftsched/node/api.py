@@ -392,9 +392,12 @@ async def cluster(request: web.Request) -> web.Response:
         # conditions (cluster.follower_stalled) they imply: docs/api.md, docs/operations.md.
         body["replication"] = {k: repl[k] for k in ("commit_stalled_s", "leader_commit_index",
                                                     "followers")}
-        body["conditions"] = repl["conditions"]
+        body["conditions"] = list(repl["conditions"])
     else:
         body["conditions"] = []
+    keys = request.app[FLEET].keys_condition()
+    if keys is not None:
+        body["conditions"].append(keys)
     clock = st.get("clock")
     if clock is not None:
         # This node's wall clock against the cluster's (on the leader, every member's), whose

@@ -261,6 +261,9 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None,
                   seen_interval_s=cfg.workers_seen_interval_s, unseal=unseal,
                   metrics_workers_max=cfg.metrics_workers_max)
+    # One set of the keys this node found missing, its embedded worker's and the fleet's: the
+    # condition, the metric and the workers sent elsewhere say the same.
+    worker.channel.keys_missing = fleet.keys_missing
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs, freeze_pause_s=node_limits.gc_freeze_pause_s,
                                   freeze_growth_records=node_limits.gc_freeze_growth_records,
                                   runs=lambda: len(state.runs), written=lambda: state.gen,

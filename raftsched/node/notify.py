@@ -380,7 +380,10 @@ def secret_texts(spec: dict, secrets) -> list[str]:
 
 
 def clear_secrets(keyring: sealing.KeyRing, name: str, spec: dict) -> dict[str, str] | str:
-    """Sink ``name``'s secret values in clear, or why they cannot be had."""
+    """Sink ``name``'s secret values in clear, or why they cannot be had: ``Unreachable`` when
+    this node's key ring lacks the key (a key file not copied to it: the node's fault, not the
+    sink's, so its events wait as for a sink that cannot be reached, and go out once the file is
+    there, where they went to the dead list after their attempts), else a refusal."""
     out = {}
     for k, v in (spec.get("secrets") or {}).items():
         if isinstance(v, str):
@@ -388,6 +391,9 @@ def clear_secrets(keyring: sealing.KeyRing, name: str, spec: dict) -> dict[str, 
             continue
         try:
             out[k] = keyring.unseal(v, _place(name, k))
+        except sealing.KeyMissing as e:
+            return Unreachable(f"sink secret {k} cannot be unsealed on this node: {e} (docs/operations.md, "
+                               "\"Key files\")")
         except sealing.SealError as e:
             return f"sink secret {k} cannot be unsealed: {e}"
     return out
@@ -653,6 +659,8 @@ class Notifier:
             attempt += 1
             if replaced is not None and replaced():
                 raise _Replaced
+            if isinstance(secrets, Unreachable):  # this node's ring lacked a key: read again (a file copied in)
+                secrets = self._secrets(name, spec)
             if isinstance(secrets, str):
                 error = secrets
             else:
@@ -811,7 +819,8 @@ class Unreachable(str):
     and 505), 408 or 429, an SMTP 4xx reply (recipients greylisted included). Past its attempts
     such an event is retried until the sink's outage has lasted ``retry.outage_s``; any other
     error (a refusal: 4xx, a certificate, a tenant's network policy, a secret that cannot be
-    opened) ends it in the dead list."""
+    opened) ends it in the dead list. A secret sealed under a key this node's ring lacks is this
+    node's outage, not a refusal (clear_secrets)."""
 
 
 def _policy_error(why: str | None) -> str:
