@@ -138,7 +138,9 @@ async function strip() {
   if (app.leaderSeen !== undefined && c.leader !== app.leaderSeen && c.leader) app.leaderChanges += 1;
   if (c.leader) app.leaderSeen = c.leader;
   const lag = (c.commit_index ?? 0) - (c.last_applied ?? 0);
-  const conds = (c.conditions || []).map((x) => x.condition || x.name || JSON.stringify(x));
+  // A condition as a line: its type (cluster.no_leader, node.keys_missing, ...), whom it is of, for how long.
+  const conds = (c.conditions || []).map((x) => [x.type || JSON.stringify(x), x.peer, x.keys && x.keys.join(","),
+    typeof x.for_s === "number" ? Math.round(x.for_s) + " s" : null].filter(Boolean).join(" "));
   $("strip").replaceChildren(
     h("span", {}, "node ", h("b", {}, c.node), " (", c.role, ")"),
     h("span", { id: "strip-leader" }, "leader ", h("b", {}, c.leader ? c.leader + (c.role === "leader" ? " (this node)" : "") : "none")),
