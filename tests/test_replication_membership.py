@@ -97,6 +97,11 @@ def test_the_last_voter_stays_and_a_leader_removing_itself_hands_over_first():
     assert d.kind == "refused" and "only voter" in d.message
     assert decide("remove", A, me=A, latest=cfg([A, B, C]), pending=None, noop_committed=True,
                   reachable=ALL).kind == "transfer"
+    # A leader asked to remove itself while another voter is down: refused before any hand-over
+    # (a walk saw the refused removal move the leadership all the same: a new term, its events).
+    d = decide("remove", A, me=A, latest=cfg([A, B, C]), pending=None, noop_committed=True,
+               reachable=frozenset({A, B}))
+    assert d.kind == "refused" and "leave 2 voters of which 1 answer" in d.message
 
 
 def test_a_full_cluster_and_bad_requests_are_refused_naming_why():

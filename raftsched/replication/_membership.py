@@ -299,14 +299,16 @@ def decide(op: str, addr: str, *, me: str, latest: Config, pending: ConfigEntry 
     remaining = set(latest.voters) - {addr}
     if not remaining:
         return Decision("refused", code="conflict", message=f"{addr} is the only voter: a cluster needs one")
-    if addr == me:
-        return Decision("transfer")
+    # (before a leader hands its leadership over to remove itself: a removal refused must change
+    # nothing, and a walk saw a refused one move the leadership, a new term and its events)
     answering = len(remaining & reachable)
     if answering < majority(len(remaining)):
         return Decision("refused", code="conflict", message=(
             f"removing {addr} would leave {len(remaining)} voters of which {answering} answer the leader: "
             f"{majority(len(remaining))} are needed to commit anything. Bring the others back first "
             f"(or remove a voter that does not answer)"))
+    if addr == me:
+        return Decision("transfer")
     return Decision("append", config=Config.of(remaining, latest.learners),
                     change={"op": "remove", "node": addr})
 
