@@ -893,6 +893,15 @@ def test_preview_and_explain_endpoints():
         assert r.status == 200, body
         assert body["runs"] == [] and body["recorded"][0]["from"] == "2026-12-01T01:00:00Z"
         await err(await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "x"})), 400, "bad_request", "down_from")
+        # (a walk: a window without its end said down_to "must be an ISO-8601 string"; and a slot
+        # given with a window was ignored without a word)
+        body = await err(await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "2026-12-01T00:00:00Z"})),
+                         400, "bad_request", "down_to")
+        assert body["error"]["message"].startswith("is required"), body
+        await err(await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "2026-12-01T00:00:00Z",
+                                                                        "down_to": "2026-12-01T02:00:30Z",
+                                                                        "slot": "2026-12-01T01:00:00Z"})),
+                  400, "bad_request", "slot")
         await err(await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "2026-12-01T02:00:00Z", "down_to": "2026-12-01T01:00:00Z"})), 400, "bad_request", "down_to")
         await err(await c.post("/v1/jobs/nope/explain", data=json.dumps({})), 404, "not_found")
         await err(await c.get("/v1/jobs/a/preview?count=0"), 400, "bad_request", "count")

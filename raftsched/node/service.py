@@ -1057,13 +1057,23 @@ class Service:
         unknown = next((k for k in body if k not in ("down_from", "down_to", "slot")), None)
         if unknown is not None:  # a misspelt field is refused, not ignored
             raise BadRequest("unknown field; allowed: down_from, down_to, slot", field=str(unknown)[:64])
-        if "slot" in body and "down_from" not in body:
+        window = [k for k in ("down_from", "down_to") if k in body]
+        if "slot" in body and window:
+            # (one question or the other: the window's answer said nothing of the slot)
+            raise BadRequest("give slot (why that slot met or missed its deadline) or down_from and down_to (an "
+                             "outage window), not both", field="slot")
+        if "slot" in body:
             return self.explain_slot(name, body["slot"], tenants)
-        try:
-            lo = schedule.parse_iso_ms(body.get("down_from"), "down_from")
-            hi = schedule.parse_iso_ms(body.get("down_to"), "down_to")
-        except InvalidSpec as e:
-            raise BadRequest(e.message, field=e.field) from None
+        got = []
+        for k in ("down_from", "down_to"):  # (each in turn: the first wrong one is named)
+            if k not in body:
+                raise BadRequest("is required: the outage window is down_from and down_to (ISO times); or give "
+                                 "slot alone", field=k)
+            try:
+                got.append(schedule.parse_iso_ms(body[k], k))
+            except InvalidSpec as e:
+                raise BadRequest(e.message, field=e.field) from None
+        lo, hi = got
         if hi <= lo:
             raise BadRequest("must be after down_from", field="down_to")
         if hi - lo > 366 * 86_400_000:
