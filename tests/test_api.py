@@ -364,6 +364,25 @@ def test_a_run_by_hand_of_a_pipeline_child_warns_it_has_no_upstream():
     run(t)
 
 
+def test_a_slots_runs_of_a_job_of_no_pipeline_have_no_pipeline_section():
+    """A walk: a job of no pipeline whose slot was recorded skipped, then run by hand for that
+    slot, answered ?slot= with a "pipeline" of its own two entries (docs/api.md: only for a job
+    of a pipeline), and the CLI printed a second, very wide table."""
+    from raftsched.core.schedule import iso
+
+    async def t(env, c):
+        assert (await put(c, "solo", dict(SPEC, schedule={"every_s": 60},
+                                          misfire={"policy": "skip", "grace_s": 0}))).status == 201
+        slot = env.state.jobs["solo"]["next"]
+        env.clock.advance(slot + 5000 - env.clock.now_ms())
+        await env.trigger.tick()  # (5 s late: recorded skipped)
+        r = await c.post("/v1/jobs/solo/trigger", json={"slot": iso(slot)}, headers=AUTH)
+        assert r.status == 201, await r.text()
+        body = await (await c.get(f"/v1/jobs/solo/runs?slot={iso(slot)}", headers=AUTH)).json()
+        assert len(body["runs"]) == 2 and "pipeline" not in body, body
+    run(t)
+
+
 def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_edge():
     """A gated child (schedule + after, match same_slot) made a second after its parent, both
     every 3 s, never shared a slot with it (each interval grid is anchored where its job was

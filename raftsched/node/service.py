@@ -1196,7 +1196,9 @@ class Service:
         if slot_ms is not None:
             # pipelines: the slot's runs across the job's graph, and what a waiting child waits for
             chain = self.read(pipelines.slot_runs, name, slot_ms)
-            if len(chain) > 1 or (chain and chain[0]["job"] != name):
+            # (runs of other jobs only: a job of no pipeline with a slot's scheduled record and its
+            # backfill's run showed them again as a "pipeline", a walk found)
+            if any(r["job"] != name for r in chain):
                 if tenants is not None:
                     chain = [r for r in chain if self._tenant_of(r) in tenants]
                 out["pipeline"] = self._views(chain)
