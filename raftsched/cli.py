@@ -376,8 +376,11 @@ def _graph(args, client) -> int:
         return show(g)
     kinds = {n["job"]: n["kind"] for n in g["nodes"]}
     print(f"{g['job']} ({kinds.get(g['job'])}): {len(g['parents'])} upstream, {len(g['children'])} downstream")
+    def mark(j: str) -> str:
+        # (a parent that does not exist, deleted or not made yet, says so: a walk read a deleted
+        # parent's edge as a live one)
+        return (f"[{j}]" if j == g["job"] else j) + (" (missing: no such job)" if kinds.get(j) == "missing" else "")
     for e in g["edges"]:
-        mark = lambda j: f"[{j}]" if j == g["job"] else j  # noqa: E731
         print(f"  {mark(e['from'])} -> {mark(e['to'])}  (on {e['on']}; {e['to']} is {kinds.get(e['to'])})")
     return 0
 

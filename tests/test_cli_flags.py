@@ -368,3 +368,14 @@ def test_put_and_apply_take_paused(run, tmp_path):
     jobs.write_text(json.dumps({"jobs": {"j": spec}}))
     rc, calls = run(["apply", str(jobs)])
     assert rc == 0 and "paused" not in calls[-1][2], calls
+
+
+def test_graph_text_says_a_parent_is_missing(run, capsys):
+    """A walk: after `delete p1 --force`, `raftsched graph c1` printed `p1 -> [c1]` as a live
+    edge; the JSON said the node was missing."""
+    g = {"job": "c1", "parents": ["p1"], "children": [],
+         "nodes": [{"job": "p1", "kind": "missing"}, {"job": "c1", "kind": "triggered"}],
+         "edges": [{"from": "p1", "to": "c1", "on": "success"}]}
+    rc, _ = run(["graph", "c1", "-o", "table"], {"graph": g})
+    out = capsys.readouterr().out
+    assert rc == 0 and "p1 (missing: no such job) -> [c1]" in out, out
