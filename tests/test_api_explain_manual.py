@@ -53,3 +53,21 @@ def test_explain_of_a_scheduled_slot_lists_its_run_and_an_instant_with_nothing_s
         body = await (await c.post("/v1/jobs/a/explain", data=json.dumps({"slot": "2031-03-01T01:00:41Z"}))).json()
         assert body["run"] is None and body["runs"] == [] and "no slot of the job's schedule" in body["why"], body
     run(t)
+
+
+def test_explain_of_an_instant_inside_a_recorded_range_that_is_no_slot_says_so():
+    """A walk: an instant inside a range of slots recorded skipped, but no slot itself, was told
+    the slot was past the range's first ones, or the job had no deadline then."""
+    from raftsched.core.schedule import iso
+
+    async def t(env, c):
+        spec = {"schedule": {"every_s": 30}, "executor": {"type": "shell", "argv": ["true"]},
+                "misfire": {"policy": "skip", "grace_s": 0}, "deadline": {"start_within_s": 5}}
+        assert (await put(c, "dl", spec)).status == 201
+        first = env.state.jobs["dl"]["next"]
+        env.clock.advance(first + 5 * 30_000 - env.clock.now_ms())
+        await env.trigger.tick()  # (the first five slots missed: recorded as one range)
+        body = await (await c.post("/v1/jobs/dl/explain", data=json.dumps({"slot": iso(first + 40_000)}))).json()
+        assert body["why"].startswith("no slot of the job's schedule falls at that instant"), body
+        assert "it falls inside" in body["why"] and "skipped (misfire)" in body["why"], body
+    run(t)

@@ -1126,6 +1126,12 @@ class Service:
         if block is not None:
             out["deadline"] = deadline_view(block)
             out["why"] = out["deadline"]["why"]
+        elif run is not None and run.get("kind") == "recorded" and "slot_to" in run and near is not None:
+            # (an instant inside a recorded range that is no slot: a walk was told the slot was
+            # past the range's first ones, for an instant that was never a slot)
+            out["why"] = (f"{near}; it falls inside {run['id']}, which records the slots from "
+                          f"{schedule.iso(run['slot'])} to {schedule.iso(run['slot_to'])} {run['state']} "
+                          f"({run.get('reason')})")
         elif run is not None and run.get("kind") == "recorded" and "slot_to" in run:
             out["why"] = (f"{run['id']} records the slots from {schedule.iso(run['slot'])} to "
                           f"{schedule.iso(run['slot_to'])} {run['state']} ({run.get('reason')}); that slot has no "
