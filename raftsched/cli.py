@@ -19,7 +19,7 @@ import ssl
 import sys
 import time
 import uuid
-from typing import Callable
+from typing import Callable, NoReturn
 
 from . import backfill_cli, cli_cluster, lock_cli
 from .backfill_cli import UsageError, json_arg, read_text
@@ -364,6 +364,16 @@ def _worker_app(args, labels: dict):
     except InvalidSpec as e:
         raise ConfigError(f"--app {args.app}: the app's name is not a worker label value ({e.message})") from None
     return AppExecutors(app, args.app, isolation=args.isolation or "thread")
+
+
+def _chosen_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)parser ``argv`` names, the deepest: ``runs``'s for ``runs NAME --bogus``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for i, tok in enumerate(argv):
+                if tok in action.choices:
+                    return _chosen_parser(action.choices[tok], argv[i + 1:])
+    return parser
 
 
 def _graph(args, client) -> int:
@@ -1345,6 +1355,16 @@ def main(argv: list[str] | None = None) -> int:
     comp.set_defaults(func=lambda a: _completion(p, a.shell))
 
     argv, command = lock_cli.split_command(sys.argv[1:] if argv is None else list(argv))
+    top_error = p.error
+
+    def error(message: str) -> NoReturn:
+        # Arguments no parser took are the subcommand's to refuse, with its usage: a walk's
+        # mistyped flag (`runs NAME --bogus`) printed the forty commands' usage instead.
+        chosen = _chosen_parser(p, argv)
+        if message.startswith("unrecognized arguments") and chosen is not p:
+            chosen.error(message)
+        top_error(message)
+    p.error = error  # type: ignore[method-assign]
     args = p.parse_args(argv)
     if args.cmd == "lock":
         args.command = command

@@ -379,3 +379,16 @@ def test_graph_text_says_a_parent_is_missing(run, capsys):
     rc, _ = run(["graph", "c1", "-o", "table"], {"graph": g})
     out = capsys.readouterr().out
     assert rc == 0 and "p1 (missing: no such job) -> [c1]" in out, out
+
+
+def test_an_unknown_flag_shows_the_commands_usage(capsys):
+    """A walk: `raftsched runs NAME --bogus` printed the usage of all forty commands."""
+    from raftsched import cli
+    with pytest.raises(SystemExit) as e:
+        cli.main(["runs", "extract", "--bogus"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "raftsched runs: error: unrecognized arguments: --bogus" in err, err
+    assert "--slot" in err and "completion" not in err, err
+    with pytest.raises(SystemExit):
+        cli.main(["secrets", "status", "--bogus"])
+    assert "raftsched secrets status: error: unrecognized arguments: --bogus" in capsys.readouterr().err
