@@ -702,3 +702,30 @@ def test_the_start_up_line_says_joining_once_and_a_log_without_a_join_ignores_th
         start_stop(own, True, [other])
         got = lines()
         assert any("join_ignored" in ln for ln in got) and "(join" not in got[-1], got
+
+
+def test_a_joining_node_replaying_its_addresses_earlier_life_is_not_told_to_stop(caplog):
+    """A walk: a replacement started with --join at a removed node's address logged first
+    'replication.removed ...: stop it', replaying the removal of the address's earlier life. A
+    joining node's membership counts only through entries after its JoinMarker; a node of its
+    own history is still told when it is removed."""
+    from types import SimpleNamespace
+    from raftsched.replication._membership import ConfigEntry, JoinMarker, MembershipLog, MembershipMixin
+    X = C
+
+    def node(marker):
+        ml = MembershipLog(cfg([A, B]))
+        ml.entries = [ConfigEntry(3, 1, cfg([A, B, X])), ConfigEntry(5, 1, cfg([A, B]))]  # X's earlier life
+        fake = SimpleNamespace(_mlog=ml, _SyncObj__raftCommitIndex=0, _members_pending=lambda: None,
+                               _SyncObj__selfNode=SimpleNamespace(id=X), is_voter=lambda: False,
+                               _members_published=None, _members_was_member=False, _members_join=marker)
+        for commit in (3, 4, 5, 6):  # (each configuration committed in turn, as a catch-up applies them)
+            fake._SyncObj__raftCommitIndex = commit
+            MembershipMixin._members_announce(fake)
+        return fake
+    with caplog.at_level("WARNING", logger="raftsched"):
+        node(JoinMarker("/nonexistent/raft.join", after=6, disk=object()))
+    assert "replication.removed" not in caplog.text
+    with caplog.at_level("WARNING", logger="raftsched"):
+        node(None)  # a node of its own history, removed: told
+    assert caplog.text.count(f"replication.removed self={X}") == 1

@@ -657,9 +657,14 @@ class MembershipMixin:
             logger.info("replication.members_committed index=%d voters=%s learners=%s", view["index"],
                         ",".join(view["voters"]), ",".join(view["learners"]) or "-")
         role = committed.role(me)
-        if role is not None:
+        # A joining node replays the history of its address too (a node of that address removed
+        # before it was started): a membership of that history is not its own (JoinMarker), and
+        # its removal is no reason to stop it (a walk: the replacement's first lines said so).
+        marker = self._members_join
+        own = marker is None or (marker.after is not None and view["index"] > marker.after)
+        if role is not None and own:
             self._members_was_member = True
-        elif self._members_was_member:
+        elif role is None and self._members_was_member:
             self._members_was_member = False
             logger.warning("replication.removed self=%s: this node is no longer a member of the cluster "
                            "(committed at log index %s); it takes no part in it: stop it", me, view["index"])
