@@ -383,6 +383,39 @@ def test_a_slots_runs_of_a_job_of_no_pipeline_have_no_pipeline_section():
     run(t)
 
 
+def test_an_empty_answer_for_a_slot_says_why():
+    """A walk: "did my 02:00 run happen" answered [] for a slot before the job existed, one not
+    due yet, and one whose entry the history bound dropped alike, and the CLI printed an empty
+    table: the reader had to work out which. `why` says it."""
+    from raftsched.core import limits
+    from raftsched.core.schedule import iso
+
+    async def t(env, c):
+        # (its slots recorded skipped, 5 s late: finished entries, which the history bound drops)
+        spec = dict(SPEC, schedule={"every_s": 60}, history=2, misfire={"policy": "skip", "grace_s": 0})
+        assert (await put(c, "h", spec)).status == 201
+        made = env.state.jobs["h"]["created"]
+        first = env.state.jobs["h"]["next"]
+
+        async def why(ms):
+            body = await (await c.get(f"/v1/jobs/h/runs?slot={iso(ms)}", headers=AUTH)).json()
+            assert body["runs"] == [], body
+            return body["why"]
+        assert "made at" in await why(made - 3_600_000)
+        assert "not fired yet" in await why(first + 60_000)
+        assert (await why(first + 1000)).startswith("no slot of the job's schedule")
+        for k in range(limits.history_trim_scan_slack + 4):  # (a history is trimmed by so many at once)
+            env.clock.advance(first + k * 60_000 + 5000 - env.clock.now_ms())
+            await env.trigger.tick()
+        assert "dropped by the history bound" in await why(first)
+        assert (await c.post("/v1/jobs/h/pause", headers=AUTH)).status == 200
+        assert "paused" in await why(first + (limits.history_trim_scan_slack + 10) * 60_000)
+        newest = first + (limits.history_trim_scan_slack + 3) * 60_000
+        body = await (await c.get(f"/v1/jobs/h/runs?slot={iso(newest)}", headers=AUTH)).json()
+        assert body["runs"] and "why" not in body
+    run(t)
+
+
 def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_edge():
     """A gated child (schedule + after, match same_slot) made a second after its parent, both
     every 3 s, never shared a slot with it (each interval grid is anchored where its job was

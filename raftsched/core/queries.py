@@ -171,6 +171,20 @@ def state_time(s: SchedulerState) -> int:
     return s.now_ms
 
 
+def slot_unanswered(s: SchedulerState, name: str, slot_ms: int) -> dict[str, Any] | None:
+    """Why job ``name``'s history holds nothing for instant ``slot_ms`` (``?slot=`` found no
+    run): what the reader of an empty answer had to work out. ``{"created", "cursor",
+    "oldest_entry", "paused"}`` (instants in ms, ``oldest_entry`` the slot of the oldest entry its
+    history still holds, None when empty), or None for no such job."""
+    j = s.jobs.get(name)
+    if j is None:
+        return None
+    hist = s.history.get(name)
+    first = s.runs.get(hist[0]) if hist else None
+    return {"created": j["created"], "cursor": j["cursor"], "paused": j["paused"],
+            "oldest_entry": None if first is None else first["slot"], "history": j["spec"].get("history")}
+
+
 def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
     """Job ``name`` as ``{"name", "spec", "gen", "created", "updated", "anchor", "cursor",
     "next", "paused", "stats": {STATS_FIELDS...}}``, or None."""

@@ -587,7 +587,7 @@ RESPONSES: dict[str, Schema] = {
                  "attempts": {"type": "array"}}, ("id", "job", "state"), closed=False),
     "runs_page": _obj({"runs": {"type": "array", "items": _RUN_ITEM}}, ("runs",), closed=False),
     "job_runs": _obj({"job": {"type": "string"}, "runs": {"type": "array", "items": _RUN_ITEM},
-                      "history_max": {"type": "integer"}}, ("job", "runs"), closed=False),
+                      "history_max": {"type": "integer"}, "why": {"type": "string"}}, ("job", "runs"), closed=False),
     "dlq_page": _obj({"runs": {"type": "array", "items": {"type": "object"}}, "total": {"type": "integer"}},
                      ("runs",), closed=False),
     "queues": _obj({"queues": {"type": "array", "items": {"type": "object"}}}, ("queues",), closed=False),

@@ -1208,7 +1208,33 @@ class Service:
                 if tenants is not None:
                     chain = [r for r in chain if self._tenant_of(r) in tenants]
                 out["pipeline"] = self._views(chain)
+            if not out["runs"]:
+                out["why"] = self._why_no_run(name, slot_ms)
         return out
+
+    def _why_no_run(self, name: str, slot_ms: int) -> str | None:
+        """Why a slot's answer is empty, in a sentence (docs/api.md, "Did my 02:00 run
+        happen?"): before the job existed, no slot of its schedule, not due yet or held by a
+        pause, or older than what its history holds. None: none of these (not said)."""
+        got = self.read(queries.slot_unanswered, name, slot_ms)
+        if got is None:
+            return None
+        if slot_ms < got["created"]:
+            return (f"the job was made at {schedule.iso(got['created'])}, after that instant: it had no slot "
+                    "then (a backfill runs a job for past slots: docs/backfill.md)")
+        near = self._not_a_slot(name, slot_ms)
+        if near is not None:
+            return near
+        if slot_ms > got["cursor"]:
+            return ("the job is paused: its slots wait for the resume, which records them skipped (reason "
+                    "paused), or runs them with catch_up" if got["paused"] else
+                    "not fired yet: the slot is after the job's cursor (it fires when it is due)")
+        oldest = got["oldest_entry"]
+        if oldest is None or slot_ms < oldest:
+            return (f"older than what the job's history holds (its last {got['history']} entries"
+                    + (f", the oldest for {schedule.iso(oldest)}" if oldest is not None else "")
+                    + "): its entry was dropped by the history bound")
+        return None
 
     def _tenant_of(self, run: dict) -> str | None:
         if run.get("tenant") is not None:
