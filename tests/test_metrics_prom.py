@@ -260,6 +260,9 @@ def test_the_series_the_alert_rules_read_exist_at_zero_before_their_first_event(
         assert sample(text, "raftsched_deadlines_judged_total", outcome="late", deadline=which, cause="none") == 0
     for state in ("succeeded", "failed", "dead"):
         assert sample(text, "raftsched_runs_finished_total", state=state) == 0
+    from raftsched.node.metrics import RECORDED_ALERTED
+    for state, reason in RECORDED_ALERTED:  # (SlotsMissed's: a walk found no series before the first)
+        assert sample(text, "raftsched_slots_recorded_total", state=state, reason=reason) == 0, (state, reason)
     assert sample(text, "raftsched_dlq_runs", queue="reports") == 0, "a queue a job names, not declared"
     # (a re-walk: what repeat_every_s holds back had no series until its first)
     for kind in ("deadline.missed", "slot.missed", "run.dead"):
@@ -349,6 +352,18 @@ def _fires_then_ends(tmp_path, series: str, alert: str, quiet: int, fires: int, 
         alertname: {alert}
         exp_alerts: []
 """)
+
+
+def test_slots_missed_fires_for_slots_an_outage_made_miss_and_not_for_a_pause(tmp_path):
+    """A walk: no shipped rule said a slot did not run, the product's promise. SlotsMissed fires
+    for slots recorded misfire (an outage), and not for those a pause recorded."""
+    _fires_then_ends(tmp_path, """      - series: 'raftsched_slots_recorded_total{job="raftsched",instance="n1",state="skipped",reason="misfire"}'
+        values: '0x9 3x60'
+      - series: 'raftsched_slots_recorded_total{job="raftsched",instance="n1",state="skipped",reason="paused"}'
+        values: '0x40 5x60'""", "SlotsMissed", 9, 12, 45, "severity: ticket, reason: misfire",
+                     ("slots did not run (misfire)", "GET /v1/runs?state=skipped (or a job's runs) lists each record "
+                      "with its reason and range; an outage's are misfire, decided by each job's misfire policy "
+                      "(docs/misfire.md)."))
 
 
 def test_dead_letter_queue_growing_fires_for_one_dead_run_and_ends(tmp_path):

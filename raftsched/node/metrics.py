@@ -27,6 +27,12 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"
 READ_BARRIER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
+#: The recorded slots' (state, reason) the alert rule SlotsMissed reads (docs/operations.md):
+#: exported at 0 before their first, so the first one is an increase.
+RECORDED_ALERTED = (("skipped", "misfire"), ("coalesced", "misfire"), ("skipped", "catchup_limit"),
+                    ("skipped", "queue_full"), ("skipped", "policy"))
+
+
 class _StateCollector:
     def __init__(self, raft, trigger, worker) -> None:
         self.raft, self.trigger, self.worker = raft, trigger, worker
@@ -213,7 +219,8 @@ class _ApplyCollector:
         rec = CounterMetricFamily("raftsched_slots_recorded", "slots that did not become runs, by state (skipped, "
                                   "coalesced) and reason (misfire, catchup_limit, overlap, queue_full, paused, policy, "
                                   "cancelled, not_pinged, heartbeat_job), as this replica applied them", labels=["state", "reason"])
-        for (state, reason), n in sorted(st["recorded"].items()):
+        # (from the first scrape, at 0: the series SlotsMissed reads, as below for the runs)
+        for (state, reason), n in sorted((dict.fromkeys(RECORDED_ALERTED, 0) | st["recorded"]).items()):
             rec.add_metric([state, reason], n)
         yield rec
         fin = CounterMetricFamily("raftsched_runs_finished", "runs that ended, by state (succeeded, failed, dead; heartbeat jobs' pinged ends too), "
