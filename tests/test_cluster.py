@@ -232,6 +232,24 @@ def test_a_node_stopped_by_sigterm_writes_its_dump_first(tmp_path):
         c.stop()
 
 
+def test_a_leader_stopped_by_sigterm_hands_its_leadership_over_first(tmp_path):
+    """A walk's rolling restart: stopping the leader was ~1.5 s of 503 on every node, until the
+    others' election timeout elected one. It hands its leadership to a caught-up voter first
+    (replication.handed_over), and another node leads before it is gone; a lone node, with
+    nobody to hand over to, just stops."""
+    c = Cluster(tmp_path)
+    c.start()
+    try:
+        leader = c.wait_leader(30)
+        c.children.stop(leader)  # SIGTERM, by its PID, and waits for it to exit
+        assert c.procs[leader].returncode == 0, c.log_tail(leader)
+        text = c.log_path(leader).read_text()
+        assert "replication.handed_over" in text and "hand_over_timeout" not in text, c.log_tail(leader)
+        assert c.wait_leader(30, among=[j for j in range(3) if j != leader]) != leader
+    finally:
+        c.stop()
+
+
 def test_node_without_secret_refuses_to_start(tmp_path):
     c = Cluster(tmp_path, n=1, secret=None)
     argv = [a for a in c.argv(0)]

@@ -368,6 +368,9 @@ fanout_steps_per_tick = 4
 #: (replication.RaftNode.dump_before_stop) before it stops without one. A dump of a 1M-job state
 #: takes tens of seconds on a small machine; systemd's default stop timeout is 90 s.
 dump_on_stop_timeout_s = 60.0
+#: How long a stopping leader waits for another voter to lead once it has handed its leadership
+#: over (RaftNode.hand_over): a voter that holds the whole log takes it within an election round.
+hand_over_on_stop_s = 3.0
 
 #: Runs of pipeline parents the leader reads a second for their triggered children's slots that
 #: no parent has reported yet, past max_wait_s (core/pipelines.py unreported): bounded, so many

@@ -440,6 +440,9 @@ class MembershipMixin:
         self._member_forwarded: dict[int, tuple] = {}
         self._member_next_id = 0
         self._member_transfer_at = -1e9
+        #: Set (any thread) when the node is stopping: while it leads, it hands its leadership to
+        #: a caught-up voter (``_handover_tick``), so a stop is not an election timeout of 503s.
+        self._handover_wanted = False
         #: The answer times pysyncobj stamped on every node when this node last became leader
         #: (not answers: a node counts as answering only once its time moved past its stamp).
         self._members_led_stamps: dict = {}
@@ -782,6 +785,16 @@ class MembershipMixin:
         assert d.config is not None and d.change is not None
         idx, term = self._member_append(d.config, d.change)
         return ("appended", idx, term)
+
+    def request_handover(self) -> None:
+        """From any thread: hand this node's leadership over, when it leads (a stop)."""
+        self._handover_wanted = True
+
+    def _handover_tick(self) -> None:
+        """On the tick thread: a leader asked to hand over does, to the voter furthest along
+        that answers, tried again every TRANSFER_RETRY_S (``_member_transfer``)."""
+        if self._handover_wanted and self._SyncObj__raftState == _LEADER and self._SyncObj__otherNodes:
+            self._member_transfer()
 
     def _member_transfer(self) -> tuple:
         """Hand leadership to the voter furthest along that answers (pysyncobj's TimeoutNow:

@@ -180,6 +180,7 @@ class _SyncObj(MembershipMixin, SyncObj):
                 return SyncObj._onTick(self, timeToWait)
             finally:
                 self._forget_silent_leader()
+                self._handover_tick()
         gate.flush()
         try:
             self._read_before_electing()
@@ -187,6 +188,7 @@ class _SyncObj(MembershipMixin, SyncObj):
         finally:
             gate.flush()
             self._forget_silent_leader()
+            self._handover_tick()
 
     def _forget_silent_leader(self) -> None:
         """A follower forgets a leader it has not heard from for its election timeout and
