@@ -354,7 +354,7 @@ def seal_spec(spec: dict, job: str, ring: KeyRing, kid: str, fingerprint: Callab
     return out
 
 
-#: A grant's key (unseal_grant) naming the key this node lacks to unseal it: never sent to a worker.
+#: A grant's key (unseal_grant) naming the key this node lacks to unseal it (the node reports it).
 KEY_MISSING = "secrets_key_missing"
 
 
@@ -397,8 +397,9 @@ def unseal_grant(grant: dict, ring: KeyRing, where: str = "this node") -> dict:
                                                        f"{e} (docs/operations.md, \"Key files\")")
         bad.pop("secrets", None)
         if isinstance(e, KeyMissing):
-            # Not the run's failure but the node's: the node gives it back (node/fleet.py), its
-            # attempt unspent, for a node that holds the key (or this one, once it does).
+            # The node's configuration, not the value: the node says so (node/fleet.py
+            # note_keys_missing). The worker fails the run with secrets_error all the same, and
+            # ignores this key.
             bad[KEY_MISSING] = e.key
         return bad
     return out

@@ -226,10 +226,10 @@ def test_a_node_whose_ring_lacks_the_named_key_refuses_and_picks_the_key_file_up
 
 
 # ---------------------------------------------------------------------------- unsealing where runs are handed out
-def test_the_embedded_worker_gets_its_secrets_in_clear_and_a_node_without_the_key_gives_the_run_back(tmp_path):
+def test_the_embedded_worker_gets_its_secrets_in_clear_and_a_node_without_the_key_fails_the_run_saying_why(tmp_path):
     """A node whose ring lacks the key (a walk: a replacement node started without the key
-    files) failed the run, spending its attempts, for the node's fault: it gives it back now,
-    unspent, takes no run until the key is there, and a node that holds it runs it."""
+    files): the run fails naming the node and the key, and the node notes the key missing (its
+    condition); a node that holds the key runs the job's next run."""
     async def t():
         state = SchedulerState()
         raft = Raft(state)
@@ -243,26 +243,19 @@ def test_the_embedded_worker_gets_its_secrets_in_clear_and_a_node_without_the_ke
         task = asyncio.create_task(worker.run())
         await wait_until(lambda: state.runs[ok]["state"] == "succeeded", 20, "the run with its secrets")
         await stop(task)
-        # A node whose ring lacks k1: the run is given back, its attempt unspent; nothing crashes.
+        # A node whose ring lacks k1: the run fails, recorded with the reason; nothing crashes;
+        # the key is noted missing (the node's condition reads the set).
         bad = (await svc.trigger_job("j", None))["run"]
         empty = KeyRing()
         worker = Worker(raft, clock, "n2", sandbox=None, slots=1, single_node=True, poll_interval_s=0.01,
                         unseal=functools.partial(sealing.unseal_grant, ring=empty, where="node n2"))
         task = asyncio.create_task(worker.run())
-        await wait_until(lambda: state.runs[bad].get("attempts"), 20, "the run given back")
-        await wait_until(lambda: worker.channel.keys_missing == {"k1"}, 5, "the key noted missing")
-        attempts = len(state.runs[bad]["attempts"])
-        assert not worker.channel.may_acquire()  # (it takes no run while the key is missing)
+        await wait_until(lambda: state.runs[bad]["state"] == "dead", 20, "the run to fail")
         await stop(task)
-        att = state.runs[bad]["attempts"][-1]
-        assert state.runs[bad]["state"] == "queued" and att["released"] is True and "lacks key k1" in att["error"], att
-        assert attempts == 1 and SECRET not in json.dumps(state.runs[bad]) and task.done()
-        # The node that holds the key runs it.
-        worker = Worker(raft, clock, "n1", sandbox=None, slots=1, single_node=True, poll_interval_s=0.01,
-                        unseal=functools.partial(sealing.unseal_grant, ring=ring, where="node n1"))
-        task = asyncio.create_task(worker.run())
-        await wait_until(lambda: state.runs[bad]["state"] == "succeeded", 20, "the run, on a node with the key")
-        await stop(task)
+        err = state.runs[bad]["attempts"][-1]["error"]
+        assert "node n2 cannot unseal" in err and "'k1'" in err and "does not hold" in err, err
+        assert SECRET not in json.dumps(state.runs[bad]) and task.done()
+        assert worker.channel.keys_missing == {"k1"}
     asyncio.run(asyncio.wait_for(t(), 60))
 
 
@@ -288,26 +281,23 @@ def test_a_remote_worker_gets_its_secrets_in_clear_from_the_lease_response_and_n
             assert state.runs[rid]["state"] == "succeeded", state.runs[rid]
             assert state.runs[rid]["worker"] == "far/1"
             # A node that lacks the key (its ring as a replacement node's without the key files):
-            # the run is given back, unspent, and the worker's lease requests are sent elsewhere
-            # (503) while /v1/cluster says why; once the key is in its ring it serves again.
+            # the run fails with the reason, and no sealed bytes; /v1/cluster says why (a walk:
+            # /healthz and the conditions said all was well) until the key is in its ring.
             empty = KeyRing()
             fleet.unseal = functools.partial(sealing.unseal_grant, ring=empty, where="node node-2")
             fleet.keyring = empty
             rid = (await svc.trigger_job("j", None))["run"]
-            await wait_until(lambda: state.runs[rid].get("attempts"), 20, "the run given back")
-            att = state.runs[rid]["attempts"][-1]
-            assert state.runs[rid]["state"] == "queued" and att["released"] is True and "lacks key k1" in att["error"]
-            assert fleet.keys_missing == {"k1"}
+            await wait_until(lambda: state.runs[rid]["state"] == "dead", 20, "the run to fail")
+            assert "node node-2 cannot unseal" in state.runs[rid]["attempts"][-1]["error"]
             base, auth = f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {TOKEN}"}
             async with aiohttp.ClientSession() as c:  # (a TestClient would close the server after it)
-                r = await c.post(f"{base}/v1/workers/other/lease", headers=auth,
-                                 json={"slots": 1, "executors": ["shell"], "max": 1, "wait_s": 0})
-                assert r.status == 503 and "key ring lacks it" in (await r.json())["error"]["message"]
                 cond = (await (await c.get(f"{base}/v1/cluster", headers=auth)).json())
                 assert [x["keys"] for x in cond["conditions"] if x["type"] == "node.keys_missing"] == [["k1"]], cond
-            fleet.unseal = functools.partial(sealing.unseal_grant, ring=ring, where="node node-1")
-            fleet.keyring = ring  # (the key file copied in)
-            await wait_until(lambda: state.runs[rid]["state"] == "succeeded", 20, "the run, once the key is there")
+                gauge = next(m for m in fleet.collector().collect() if m.name == "raftsched_node_keys_missing")
+                assert gauge.samples[0].value == 1
+                fleet.keyring = ring  # (the key file copied in)
+                cond = (await (await c.get(f"{base}/v1/cluster", headers=auth)).json())
+                assert not [x for x in cond["conditions"] if x["type"] == "node.keys_missing"], cond
             assert not fleet.keys_missing
             stop_ev.set()
             assert await asyncio.wait_for(worker, 10) == 0

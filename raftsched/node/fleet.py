@@ -39,7 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from ..clock import Clock
 from ..core import commands, limits, queries
 from ..core.bodies import check_body
-from ..core.errors import Forbidden, InvalidSpec, NotFound, RaftschedError, Unavailable
+from ..core.errors import Forbidden, InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
 from ..core.workers import (check_dedicated, check_executors, check_labels, check_queues, check_targets,
                             check_worker_id)
@@ -239,12 +239,9 @@ class Fleet:
         self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
         #: the ring ``unseal`` reads (whether a missing key has been copied in since)
         self.keyring = sealing.ring_of(self.unseal)
-        #: keys this node found missing when it handed out a run (sealing.KEY_MISSING): until its
-        #: ring holds them, lease requests here are answered 503 and go to another node
+        #: keys this node found missing when it handed out a run (sealing.KEY_MISSING): reported
+        #: (the condition node.keys_missing, a gauge) until its ring holds them
         self.keys_missing: set[str] = set()
-        #: runs given back for a missing key, and lease requests sent elsewhere for one
-        self.key_missing_releases = 0
-        self.key_missing_refusals = 0
         self.clock = clock
         self.node_id = node_id
         self.embedded_id = embedded_id
@@ -396,31 +393,14 @@ class Fleet:
         (``/v1/cluster`` ``conditions``, the dashboard's strip), else None."""
         still = sorted(k for k in self.keys_missing if not self.keyring.holds(k))
         if not still:
+            self.keys_missing.clear()  # (the key files are in its ring now)
             return None
         return {"type": "node.keys_missing", "node": "self", "keys": still,
                 "message": f"this node's key ring lacks key(s) {', '.join(still)} that job secrets are sealed under: "
-                           "it gives their runs back and sends workers to other nodes (docs/operations.md, \"Key "
-                           "files\")"}
-
-    def check_keys(self) -> None:
-        """:raises Unavailable: this node found a key missing that its ring still lacks (it reads
-        its key directory again at most every few seconds): a lease request goes to another
-        node, where the worker's runs are not given back for want of a key."""
-        if not self.keys_missing:
-            return
-        still = sorted(k for k in self.keys_missing if not self.keyring.holds(k))
-        if not still:
-            log.info("fleet: this node's key ring holds key(s) %s now: it hands out runs again",
-                     ", ".join(sorted(self.keys_missing)))
-            self.keys_missing.clear()
-            return
-        self.key_missing_refusals += 1
-        raise Unavailable(f"node {self.node_id} cannot unseal job secrets sealed under key {', '.join(still)}: its key "
-                          "ring lacks it (docs/operations.md, \"Key files\"); another node hands out runs")
+                           "their runs fail here until it holds them (docs/operations.md, \"Key files\")"}
 
     async def _lease(self, wid: str, facts: dict, n: int, wait_s: float, ttl_ms: int, alive) -> tuple[dict, bool]:
         """The hello when the worker's facts are new, then the wait for runs: (answer, hello)."""
-        self.check_keys()
         rec = self.raft.read(queries.worker_record, wid)
         hello = rec is None or any(rec[k] != v for k, v in facts.items()) or rec["targets"] != facts.get("targets")
         if hello:
@@ -434,20 +414,7 @@ class Fleet:
         await self.dispatcher.lease(req, wait_s)
         # Unsealed here, where the run is handed out, and nowhere else (docs/security.md).
         runs = [self.unseal(g) for g in req.grants]
-        lacking = [g for g in runs if sealing.KEY_MISSING in g]
-        if lacking:
-            # This node lacks a key (a key file not copied to it): not the runs' failure. Given
-            # back, their attempts unspent, for a node that holds it; and this node sends lease
-            # requests elsewhere until it does (check_keys).
-            keys = sorted({g[sealing.KEY_MISSING] for g in lacking})
-            if not self.keys_missing.issuperset(keys):
-                log.error("fleet: this node's key ring lacks key(s) %s that job secrets are sealed under: it gives "
-                          "their runs back and sends workers to other nodes until the key files are in its ring "
-                          "(docs/operations.md, \"Key files\")", ", ".join(keys))
-            self.keys_missing.update(keys)
-            self.key_missing_releases += len(lacking)
-            await self.release_grants(wid, lacking, f"node {self.node_id} lacks key {keys[0]} to unseal its secrets")
-            runs = [g for g in runs if sealing.KEY_MISSING not in g]
+        note_keys_missing(runs, self.keys_missing, f"node {self.node_id}")
         answer = {"runs": runs, "draining": req.draining}
         if not req.grants and not req.draining:
             longer = self.next_wait_s(wait_s)
@@ -663,6 +630,20 @@ def _registered(s, ids: list[str]) -> list[str]:
     return [i for i in ids if i in s.workers]
 
 
+def note_keys_missing(grants: list[dict], missing: set[str], where: str) -> None:
+    """Note in ``missing`` the keys grants could not be unsealed for (sealing.KEY_MISSING): a
+    node whose ring lacks a key its jobs' secrets are sealed under (a key file not copied to
+    it). The runs fail on it as before, their error naming the node and the key (a run given
+    back instead would come straight back to the same node, and a node that refused all leases
+    would stop every job of the cluster for one value no ring can open); what is new is that the
+    node says so (the condition node.keys_missing, the gauge raftsched_node_keys_missing)."""
+    keys = {g[sealing.KEY_MISSING] for g in grants if sealing.KEY_MISSING in g}
+    if keys and not missing.issuperset(keys):
+        log.error("%s: its key ring lacks key(s) %s that job secrets are sealed under: their runs fail here until "
+                  "the key files are in its ring (docs/operations.md, \"Key files\")", where, ", ".join(sorted(keys)))
+    missing.update(keys)
+
+
 class FleetCollector:
     """The fleet's metrics (``GET /metrics``), from the local replica at scrape time: workers by
     status; the runs the fleet holds and its lease grants, losses and releases, in all and, while
@@ -698,10 +679,11 @@ class FleetCollector:
 
     def collect(self):
         f = self.fleet
+        cond = f.keys_condition()
         yield GaugeMetricFamily("raftsched_node_keys_missing",
-                                "keys job secrets are sealed under that this node's key ring lacked when it handed "
-                                "out a run (it sends workers to other nodes until it holds them)",
-                                value=len(f.keys_missing))
+                                "keys job secrets are sealed under that this node's key ring lacks (found when it "
+                                "handed out a run: their runs fail here until it holds them)",
+                                value=0 if cond is None else len(cond["keys"]))
         g = f.raft.read(queries.fleet_gauges, f.clock.now_ms())
         by = GaugeMetricFamily("raftsched_workers", "registered workers by status (gone: unseen for worker_gone_ms)",
                                labels=["status"])

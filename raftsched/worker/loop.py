@@ -1125,8 +1125,8 @@ class EmbeddedChannel:
         self.by = by
         #: a grant with its secrets unsealed (raftsched/sealing.py unseal_grant, with the node's ring)
         self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
-        #: keys its node's ring lacked to unseal a run's secrets (sealing.KEY_MISSING): it takes no
-        #: run until the ring holds them (its runs were given back for other nodes' workers)
+        #: keys its node's ring lacked to unseal a run's secrets (sealing.KEY_MISSING): the node's
+        #: (node/fleet.py note_keys_missing, which its node shares with this set)
         self.keys_missing: set[str] = set()
         #: the one way a command goes out (raftsched/proposer.py), as for the rest of the node
         self.proposer = Proposer(raft)
@@ -1148,11 +1148,6 @@ class EmbeddedChannel:
         return rec is not None and all(rec[k] == v for k, v in self.facts.items())
 
     def may_acquire(self) -> bool:
-        if self.keys_missing:
-            ring = sealing.ring_of(self.unseal)
-            if not all(ring.holds(k) for k in self.keys_missing):
-                return False
-            self.keys_missing.clear()
         return self.raft.read(queries.has_ready_work, self.queues, self.clock.now_ms())
 
     def executes(self) -> bool:
@@ -1168,20 +1163,12 @@ class EmbeddedChannel:
         res = await self._propose(commands.acquire(self.clock.now_ms(), worker=self.worker_id, queues=self.queues,
                                                    max=n, ttl=ttl_ms, types=types, by=self.by))
         runs = [self.unseal(g) for g in res.get("runs", [])]
-        lacking = [g for g in runs if sealing.KEY_MISSING in g]
-        if lacking:
-            # Its node lacks a key (a key file not copied to it): the runs go back, their attempts
-            # unspent, for another node's workers, and this one takes none until the key is there.
-            keys = sorted({g[sealing.KEY_MISSING] for g in lacking})
-            log.error("worker %s: its node's key ring lacks key(s) %s that job secrets are sealed under: it gives "
-                      "their runs back and takes none until the key files are in the ring (docs/operations.md, "
-                      "\"Key files\")", self.worker_id, ", ".join(keys))
-            self.keys_missing.update(keys)
-            try:
-                await self.release([[g["id"], g["token"]] for g in lacking], f"node lacks key {keys[0]}")
-            except RaftschedError as e:  # their leases expire then: a lost attempt, not a failed one
-                log.warning("worker %s: could not give back %d runs: %s", self.worker_id, len(lacking), e.message)
-            runs = [g for g in runs if sealing.KEY_MISSING not in g]
+        keys = {g[sealing.KEY_MISSING] for g in runs if sealing.KEY_MISSING in g}
+        if keys and not self.keys_missing.issuperset(keys):
+            log.error("worker %s: its node's key ring lacks key(s) %s that job secrets are sealed under: their runs "
+                      "fail here until the key files are in its ring (docs/operations.md, \"Key files\")",
+                      self.worker_id, ", ".join(sorted(keys)))
+        self.keys_missing.update(keys)
         return Grants(runs, bool(res.get("draining")))
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
