@@ -140,6 +140,12 @@ def test_a_follower_alone_forgets_a_leader_it_no_longer_hears(lone_follower, mon
     assert sync._SyncObj__raftCurrentTerm == 1 and sync._SyncObj__raftState == 0, "no election, no new term"
     _append(sync, leader, 1, 1, 0, [], commit=1)  # heard again
     assert sync._getLeader() == leader
+    # A transfer's target: TimeoutNow sets its deadline to 0 so that it stands at once; its
+    # leader was heard a moment ago, and is not forgotten (a review: it was, its commands failed).
+    sync._SyncObj__transferInProgress = True
+    sync._SyncObj__raftElectionDeadline = 0
+    sync._forget_silent_leader()
+    assert sync._getLeader() == leader
 
 
 def test_a_tick_thread_held_up_is_logged_with_the_cpu_it_used(lone_follower, monkeypatch, caplog):

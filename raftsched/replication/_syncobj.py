@@ -199,7 +199,10 @@ class _SyncObj(MembershipMixin, SyncObj):
         message of a leader names it again (pysyncobj's append_entries). Waiting commands are
         failed as on any change of leader."""
         if self._SyncObj__raftState == _LEADER or self._SyncObj__raftLeader is None \
+                or self._SyncObj__transferInProgress \
                 or self._SyncObj__raftElectionDeadline + _SILENT_LEADER_GRACE_S >= monotonic():
+            # (a transfer's target: TimeoutNow set its deadline to 0 to stand at once, its leader
+            # heard a moment ago; a review saw it forget that leader, and fail its commands)
             return
         logger.warning("replication.leader_silent leader=%s (no message from it for an election timeout: no leader "
                        "known until one is heard from)", getattr(self._SyncObj__raftLeader, "address", None))
