@@ -335,7 +335,10 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
         if stop.is_set():
             # A leader hands over first, while its API still answers (a write in flight is
             # forwarded to the new leader): a stop is then not an election timeout of 503s.
-            await raft.hand_over(node_limits.hand_over_on_stop_s)
+            try:
+                await raft.hand_over(node_limits.hand_over_on_stop_s)
+            except Exception:  # (never at the cost of the stop: the API, the dump and Raft below)
+                log.exception("node %s: the hand-over of its leadership failed; stopping all the same", cfg.node_id)
         await runner.cleanup()
         # A dump of what this node applied, its journal trimmed to it: it restarts without
         # replaying the journal, and the nodes of a cluster stopped together each hold a dump

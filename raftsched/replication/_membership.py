@@ -813,8 +813,8 @@ class MembershipMixin:
                     # the next attempt, not a TRANSFER_RETRY_S later.
                     if err == FAIL_REASON.SUCCESS:
                         self._member_transfer_at = now
-                        logger.info("replication.leadership_transfer to=%s (this leader is asked to "
-                                    "remove itself)", target.id)
+                        logger.info("replication.leadership_transfer to=%s (this leader %s)", target.id,
+                                    "stops" if self._handover_wanted else "is asked to remove itself")
                 self.transferLeadership(target, callback=sent)
         return ("retry", "this node leads and is asked to remove itself: it hands its leadership over "
                          "first, and the new leader removes it", False)

@@ -311,14 +311,20 @@ class RaftNode:
         ~1.5 s of 503 on every node for each leader of a rolling restart). True when it led and
         no longer does."""
         sync = self._sync
-        if sync is None or not sync._isLeader() or len(self.status().get("members") or ()) <= 1:
+        if sync is None:
             return False
+        # (asked whether it leads now or not: one elected while it dumps and stops hands over too)
         sync.request_handover()
+        if not sync._isLeader() or len(self.status().get("members") or ()) <= 1:
+            return False
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # ok-sleep: polling the role inside a deadline
-            if not sync._isLeader():
-                logger.info("replication.handed_over self=%s (stopping)", self._self_addr)
+            other = sync._getLeader()
+            if not sync._isLeader() and other is not None and other != sync._SyncObj__selfNode:
+                # (another leads: not merely this one stepping down, or a candidate's vote asked)
+                logger.info("replication.handed_over self=%s to=%s (stopping)", self._self_addr,
+                            getattr(other, "address", other))
                 return True
         logger.warning("replication.hand_over_timeout self=%s: still leading after %.1f s; stopping all the same",
                        self._self_addr, timeout_s)
