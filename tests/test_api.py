@@ -343,6 +343,17 @@ def test_a_gated_child_of_a_triggered_job_is_held_to_the_slots_that_job_runs_at(
         assert body["error"]["job"] == "r2" and "runs at the slots of extract" in body["error"]["message"], body
         # match latest is not held to slots
         assert (await put(c, "r3", dict(ext, after=["load"], match="latest"))).status == 201
+        # A scheduled job made triggered, its parents as they were: it runs at their slots now,
+        # and a gated child on its own grid would never meet them (a review: passed unchecked).
+        # p2 every 120 s, mid every 60 s on its grid, kid every 120 s between p2's slots: kid meets
+        # mid, and mid's every other slot is p2's; made triggered, mid runs at p2's slots only.
+        a = env.state.jobs["extract"]["anchor"]
+        assert (await put(c, "p2", dict(ext, schedule={"every_s": 120, "start_at": schedule_iso(a)}))).status == 201
+        assert (await put(c, "mid", dict(ext, schedule={"every_s": 60, "start_at": schedule_iso(a)},
+                                         after=["p2"]))).status == 201
+        r = await put(c, "kid", dict(ext, schedule={"every_s": 120, "start_at": schedule_iso(a + 60_000)}, after=["mid"]))
+        assert r.status == 201, await r.text()
+        await err(await put(c, "mid", trig("p2")), 422, "invalid", "after[0].job")
     run(t)
 
 

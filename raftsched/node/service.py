@@ -615,9 +615,9 @@ class Service:
         was = self.read(queries.job, name)
         if "schedule" not in spec:
             if "after" not in spec or spec.get("match", "same_slot") != "same_slot" \
-                    or (was is not None and was["spec"].get("after") == spec["after"]
+                    or (was is not None and "schedule" not in was["spec"] and was["spec"].get("after") == spec["after"]
                         and was["spec"].get("match") == spec.get("match")):
-                return
+                return  # (a triggered job that was one, with the same parents: nothing moves)
             takers = self._slot_takers(name, stored)
             for i, e in enumerate(spec["after"] if takers else ()):
                 for via, root in self._slot_sources(e["job"], stored):
