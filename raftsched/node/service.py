@@ -656,10 +656,24 @@ class Service:
     def _slot_sources(self, parent: str, stored) -> list[tuple[str, tuple[dict, int]]]:
         """The scheduled jobs whose slots ``parent``'s runs take: itself when it has a schedule,
         else, through each job of its ``after`` that has none either and waits slot by slot
-        (match same_slot), the scheduled ones it reaches. (name, (spec, anchor)) each; a job not
-        (yet) stored, or a walk past _SLOT_WALK_MAX jobs, adds nothing (not told for sure)."""
+        (match same_slot), the scheduled ones it reaches. (name, (spec, anchor)) each."""
+        return self._slot_walk([parent], stored, lambda n, spec: [e["job"] for e in spec.get("after", ())])
+
+    def _slot_takers(self, parent: str, stored) -> list[tuple[str, tuple[dict, int]]]:
+        """The scheduled jobs that wait slot by slot for ``parent``'s runs: its dependents with a
+        schedule, and through each dependent without one (triggered, match same_slot: it runs
+        at ``parent``'s slots), theirs. (name, (spec, anchor)) each."""
+        return self._slot_walk(self.read(pipelines.dependents, parent), stored,
+                               lambda n, spec: self.read(pipelines.dependents, n), seen={parent})
+
+    def _slot_walk(self, start: list[str], stored, onward, seen: set[str] | None = None) -> list[tuple[str, tuple[dict, int]]]:
+        """From the jobs ``start``, through those without a schedule that wait slot by slot
+        (``onward(name, spec)``: the jobs to go on to from one), the scheduled jobs reached,
+        (name, (spec, anchor)) each. A job not (yet) stored, or a walk past _SLOT_WALK_MAX jobs,
+        adds nothing (not told for sure)."""
         out: list[tuple[str, tuple[dict, int]]] = []
-        todo, seen = [parent], {parent}
+        seen = set(seen or ()) | set(start)
+        todo = list(start)
         while todo and len(seen) <= self._SLOT_WALK_MAX:
             n = todo.pop()
             got = stored(n)
@@ -668,30 +682,10 @@ class Service:
             if "schedule" in got[0]:
                 out.append((n, got))
             elif got[0].get("match", "same_slot") == "same_slot":
-                for e in got[0].get("after", ()):
-                    if e["job"] not in seen:
-                        seen.add(e["job"])
-                        todo.append(e["job"])
-        return out
-
-    def _slot_takers(self, parent: str, stored) -> list[tuple[str, tuple[dict, int]]]:
-        """The scheduled jobs that wait slot by slot for ``parent``'s runs: its dependents with a
-        schedule, and through each dependent without one (triggered, match same_slot: it runs
-        at ``parent``'s slots), theirs. (name, (spec, anchor)) each, bounded as _slot_sources."""
-        out: list[tuple[str, tuple[dict, int]]] = []
-        todo, seen = [parent], {parent}
-        while todo and len(seen) <= self._SLOT_WALK_MAX:
-            for kid in self.read(pipelines.dependents, todo.pop()):
-                if kid in seen:
-                    continue
-                seen.add(kid)
-                got = stored(kid)
-                if got is None:
-                    continue
-                if "schedule" in got[0]:
-                    out.append((kid, got))
-                elif got[0].get("match", "same_slot") == "same_slot":
-                    todo.append(kid)
+                for m in onward(n, got[0]):
+                    if m not in seen:
+                        seen.add(m)
+                        todo.append(m)
         return out
 
     async def delete_job(self, name: str, rid: str | None, force: bool = False,
