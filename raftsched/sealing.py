@@ -364,6 +364,21 @@ def ring_of(unseal: Callable[[dict], dict]) -> KeyRing:
     return ring if isinstance(ring, KeyRing) else PROCESS_RING
 
 
+def note_keys_missing(grants: list[dict], missing: set[str], where: str) -> None:
+    """Note in ``missing`` the keys ``grants`` could not be unsealed for (KEY_MISSING): a node
+    whose ring lacks a key its jobs' secrets are sealed under (a key file not copied to it), the
+    fleet's and the embedded worker's, one set a node. The runs fail on it as they did, their
+    error naming the node and the key (a run given back would come straight back to the same
+    node, and a node that refused every lease would stop every job of the cluster for one value
+    no ring can open); the node says so (node/fleet.py: the condition node.keys_missing, the
+    gauge raftsched_node_keys_missing). Logged once a key."""
+    keys = {g[KEY_MISSING] for g in grants if KEY_MISSING in g}
+    if keys and not missing.issuperset(keys):
+        log.error("%s: its key ring lacks key(s) %s that job secrets are sealed under: their runs fail here until "
+                  "the key files are in its ring (docs/operations.md, \"Key files\")", where, ", ".join(sorted(keys)))
+    missing.update(keys)
+
+
 def unseal_grant(grant: dict, ring: KeyRing, where: str = "this node") -> dict:
     """The grant a worker gets: its executor's and its ``secrets``' sealed values in clear (a
     copy; values in clear from an older journal are passed as they are). A value that cannot be
@@ -397,9 +412,8 @@ def unseal_grant(grant: dict, ring: KeyRing, where: str = "this node") -> dict:
                                                        f"{e} (docs/operations.md, \"Key files\")")
         bad.pop("secrets", None)
         if isinstance(e, KeyMissing):
-            # The node's configuration, not the value: the node says so (node/fleet.py
-            # note_keys_missing). The worker fails the run with secrets_error all the same, and
-            # ignores this key.
+            # The node's configuration, not the value: the node says so (note_keys_missing). The
+            # worker fails the run with secrets_error all the same, and ignores this key.
             bad[KEY_MISSING] = e.key
         return bad
     return out

@@ -414,7 +414,7 @@ class Fleet:
         await self.dispatcher.lease(req, wait_s)
         # Unsealed here, where the run is handed out, and nowhere else (docs/security.md).
         runs = [self.unseal(g) for g in req.grants]
-        note_keys_missing(runs, self.keys_missing, f"node {self.node_id}")
+        sealing.note_keys_missing(runs, self.keys_missing, f"node {self.node_id}")
         answer = {"runs": runs, "draining": req.draining}
         if not req.grants and not req.draining:
             longer = self.next_wait_s(wait_s)
@@ -628,20 +628,6 @@ class Fleet:
 def _registered(s, ids: list[str]) -> list[str]:
     """The ids of ``ids`` the replica holds (a read under the replica's lock)."""
     return [i for i in ids if i in s.workers]
-
-
-def note_keys_missing(grants: list[dict], missing: set[str], where: str) -> None:
-    """Note in ``missing`` the keys grants could not be unsealed for (sealing.KEY_MISSING): a
-    node whose ring lacks a key its jobs' secrets are sealed under (a key file not copied to
-    it). The runs fail on it as before, their error naming the node and the key (a run given
-    back instead would come straight back to the same node, and a node that refused all leases
-    would stop every job of the cluster for one value no ring can open); what is new is that the
-    node says so (the condition node.keys_missing, the gauge raftsched_node_keys_missing)."""
-    keys = {g[sealing.KEY_MISSING] for g in grants if sealing.KEY_MISSING in g}
-    if keys and not missing.issuperset(keys):
-        log.error("%s: its key ring lacks key(s) %s that job secrets are sealed under: their runs fail here until "
-                  "the key files are in its ring (docs/operations.md, \"Key files\")", where, ", ".join(sorted(keys)))
-    missing.update(keys)
 
 
 class FleetCollector:

@@ -1125,8 +1125,8 @@ class EmbeddedChannel:
         self.by = by
         #: a grant with its secrets unsealed (raftsched/sealing.py unseal_grant, with the node's ring)
         self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
-        #: keys its node's ring lacked to unseal a run's secrets (sealing.KEY_MISSING): the node's
-        #: (node/fleet.py note_keys_missing, which its node shares with this set)
+        #: keys its node's ring lacked to unseal a run's secrets (sealing.note_keys_missing): the
+        #: node's fleet reads the same set (node/node.py)
         self.keys_missing: set[str] = set()
         #: the one way a command goes out (raftsched/proposer.py), as for the rest of the node
         self.proposer = Proposer(raft)
@@ -1163,12 +1163,7 @@ class EmbeddedChannel:
         res = await self._propose(commands.acquire(self.clock.now_ms(), worker=self.worker_id, queues=self.queues,
                                                    max=n, ttl=ttl_ms, types=types, by=self.by))
         runs = [self.unseal(g) for g in res.get("runs", [])]
-        keys = {g[sealing.KEY_MISSING] for g in runs if sealing.KEY_MISSING in g}
-        if keys and not self.keys_missing.issuperset(keys):
-            log.error("worker %s: its node's key ring lacks key(s) %s that job secrets are sealed under: their runs "
-                      "fail here until the key files are in its ring (docs/operations.md, \"Key files\")",
-                      self.worker_id, ", ".join(sorted(keys)))
-        self.keys_missing.update(keys)
+        sealing.note_keys_missing(runs, self.keys_missing, f"worker {self.worker_id}")
         return Grants(runs, bool(res.get("draining")))
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
