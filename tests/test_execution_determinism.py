@@ -66,6 +66,7 @@ EXEC_ACTIONS = st.one_of(
     st.tuples(st.just("takeover"), st.sampled_from([0, 1000, 60_000, 3_600_000])),
     st.tuples(st.just("requeue"), st.integers(0, 20)),
     st.tuples(st.just("dlq_delete"), st.integers(0, 20)),
+    st.tuples(st.just("cancel"), st.integers(0, 40)),
     st.tuples(st.just("tenant"), st.sampled_from(["t1", "t2"]), st.sampled_from([0, 333, 1000, 100_000]),
               st.integers(1, 3)),
     st.tuples(st.just("del_tenant"), st.sampled_from(["t1", "t2"])),
@@ -218,6 +219,13 @@ class ExecDriver:
             dead = self.dead()
             rid = dead[a[1] % len(dead)]["id"] if dead else "nosuch@1"
             self.cmd("dlq_requeue" if kind == "requeue" else "dlq_delete", run=rid)
+        elif kind == "cancel":
+            # any run, active or not (a refusal must change nothing but state time), by request
+            ids = sorted(L.runs)
+            rid = ids[a[1] % len(ids)] if ids else "nosuch@1"
+            was = L.runs[rid]["state"] if ids else None
+            res = self.cmd("cancel_run", run=rid, reason="x" if a[1] % 2 else None)
+            assert res["ok"] is (was in ("queued", "running")), (was, res)
         elif kind == "tenant":
             self.cmd("put_tenant", name=a[1], rate_milli=a[2], burst=a[3])
         elif kind == "del_tenant":

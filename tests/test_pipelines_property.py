@@ -1,6 +1,7 @@
 """Pipelines, as a property (docs/pipelines.md, "Invariants"): over random DAGs (triggered and
 gated children, every kind of edge, some with deadlines and a short max_wait_s), random
-outcomes, retries, missed slots recorded as ranges, requeues of dead runs (of any job), children
+outcomes, retries, missed slots recorded as ranges, requeues of dead runs (of any job), runs cancelled
+by request (of any job), children
 put again with other edges (a parent added or taken, an edge's ``on`` changed), pauses and
 resumes, runs of a slot by hand with ``propagate``, and the leader's sweeps:
 
@@ -93,6 +94,7 @@ _work = st.tuples(st.just("work"), st.lists(st.booleans(), min_size=1, max_size=
 actions = st.builds(lambda first, rest: [first, *rest], _tick, st.lists(st.one_of(
     _tick, _work, _tick, _work,  # (twice as likely as each other action: slots fire and end)
     st.tuples(st.just("requeue"), st.integers(0, 50)),
+    st.tuples(st.just("cancel"), st.integers(0, 50)),
     st.tuples(st.just("edges"), st.tuples(st.integers(0, 9), st.sampled_from(["add", "drop", "on"]),
                                           st.integers(0, 9), st.sampled_from(ONS))),
     st.tuples(st.just("pause"), st.integers(0, 9)),
@@ -232,6 +234,14 @@ class Run:
             if self.apply(commands.dlq_requeue(self.now, None, run=dead[k % len(dead)])).get("rearmed"):
                 self.seen.add("rearmed")
 
+    def cancel(self, k: int) -> None:
+        """A queued or running run (of any job) cancelled by request (core/cancel.py)."""
+        active = sorted(r for r, run in self.s.runs.items() if run["state"] in RUNNING)
+        if active:
+            self.now += 1
+            self.apply(commands.cancel_run(self.now, None, run=active[k % len(active)]))
+            self.seen.add("cancelled")
+
     def edges(self, ci: int, op: str, pi: int, on: str) -> None:
         """Put a child again with other edges; parents keep a lower index (acyclic)."""
         kids = [n for n in self.names if "after" in self.raws[n]]
@@ -366,10 +376,13 @@ class Run:
 
     def rearms(self, cmd: dict, c: str) -> bool:
         """Whether ``cmd`` may take back child ``c``'s entries: a requeue of a dead run of an
-        ancestor's, or a completion of an ancestor's run by hand with propagate."""
+        ancestor's, or a completion or a cancel of an ancestor's run by hand with propagate."""
         s = self.s
         if cmd["op"] == "dlq_requeue":
             jobs = {s.runs[cmd["run"]]["job"]}
+        elif cmd["op"] == "cancel_run":
+            r = s.runs.get(cmd["run"])
+            jobs = {r["job"]} if r is not None and r.get("propagate") else set()
         elif cmd["op"] == "complete_many":
             ids = [row[0] for row in cmd["rows"]] if "rows" in cmd else [it["run"] for it in cmd["results"]]
             jobs = {r["job"] for rid in ids if (r := s.runs.get(rid)) is not None
@@ -515,6 +528,8 @@ def check_dag(dag, steps) -> Run:
             r.work(arg)
         elif what == "requeue":
             r.requeue(arg)
+        elif what == "cancel":
+            r.cancel(arg)
         elif what == "edges":
             r.edges(*arg)
         elif what == "pause":
@@ -576,9 +591,10 @@ def test_the_new_actions_reach_what_they_are_for():
     r = check_dag(dag, [("tick", 10), ("work", [False]), ("trigger", (2, 0, 0)), ("work", [True]),
                         ("tick", 10), ("work", [False]), ("requeue", 1), ("edges", (1, "add", 1, "success")),
                         ("edges", (0, "on", 0, "finished")), ("edges", (1, "drop", 0, "success")),
-                        ("pause", 0), ("tick", 35), ("resume", (0, False)), ("work", [True])])
+                        ("pause", 0), ("tick", 35), ("resume", (0, False)), ("work", [True]),
+                        ("tick", 10), ("cancel", 0), ("work", [True])])
     assert {"ran", "rearmed", "taken_back", "by_hand", "edges_add", "edges_drop", "edges_on",
-            "upstream_failed"} <= r.seen, r.seen
+            "upstream_failed", "cancelled"} <= r.seen, r.seen
 
 
 def test_a_deferred_range_is_recorded_around_the_slots_the_child_decided_meanwhile():

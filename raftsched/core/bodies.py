@@ -100,6 +100,19 @@ def validate_pause(body: object) -> str | None:
     return note
 
 
+def validate_cancel(body: object) -> str | None:
+    """``POST /v1/runs/{id}/cancel``'s optional body -> its ``reason`` (None: none given): why, in
+    the operator's words, 1-``cancel_reason_chars_max`` characters of text with no control
+    character. :raises InvalidSpec:"""
+    reason = check_body(body, {"reason"}, empty_ok=True).get("reason")
+    n = limits.cancel_reason_chars_max
+    if reason is not None and (not isinstance(reason, str) or not 1 <= len(reason) <= n):
+        raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field="reason")
+    if reason is not None and any(ord(c) < 32 or c == "\x7f" for c in reason):
+        raise InvalidSpec("holds a control character such as NUL, CR or LF", field="reason")
+    return reason
+
+
 def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:
     """``body`` if it is a JSON object holding only ``fields``. With ``empty_ok``, no body at
     all (None) is an empty one. :raises InvalidSpec: naming the first unknown field."""

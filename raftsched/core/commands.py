@@ -80,6 +80,8 @@ OPS = (
     "fanout_step",  # the leader's next part of a fan-out too large for one command
     # The fencing counter (core/locks.py)
     "fencing_floor",  # an operator's: the counter at least this (after a restore from copies)
+    # A run ended by request (core/cancel.py)
+    "cancel_run",
 )
 
 
@@ -397,6 +399,13 @@ def sink_reseal(now: int, rid: str | None, *, items: list[Any]) -> Command:
 def fencing_floor(now: int, rid: str | None, *, at_least: int) -> Command:
     """The fencing counter raised to at least ``at_least`` (core/locks.py)."""
     return make("fencing_floor", now, rid, at_least=at_least)
+
+
+def cancel_run(now: int, rid: str | None, *, run: str, by: str | None = None, reason: str | None = None) -> Command:
+    """A queued or running run ended by request (core/cancel.py): ``by`` the token id that asked,
+    ``reason`` why in its words."""
+    extra = {k: v for k, v in (("by", by), ("reason", reason)) if v is not None}
+    return make("cancel_run", now, rid, run=run, **extra)
 
 
 def member_url(now: int, *, addr: str, url: str) -> Command:

@@ -52,6 +52,7 @@ KINDS = (
     "job.resumed",
     "job.triggered",
     "run.requeued",
+    "run.cancelled",         # a queued or running run ended by request (core/cancel.py)
 )
 _KIND_SET = frozenset(KINDS)
 

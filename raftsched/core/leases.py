@@ -9,7 +9,8 @@ Lifecycle of a run::
        |                   |                     else dead (the queue's DLQ)
        |                   |--expire (lease lost)--> lost <= lease_losses_max: queued, due = now
        |                   |                         else dead
-       |                   \\--overlap replace--> failed (revoked)
+       |                   |--overlap replace--> failed (revoked)
+       |                   \\--cancel_run--> failed (core/cancel.py; a queued run: skipped, cancelled)
        +---- dlq_requeue (fresh budgets) <---- dead
 
 Every grant of a lease takes a new token from one global counter that only increases (I13); a

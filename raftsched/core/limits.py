@@ -202,6 +202,8 @@ lock_owner_chars_max = 256
 pause_note_chars_max = 256
 #: Who paused it: a token's id (16 hex digits, or ``bootstrap``).
 pause_by_chars_max = 64
+#: A run's cancel (POST /v1/runs/{id}/cancel {"reason"}): why, in the operator's words.
+cancel_reason_chars_max = 256
 #: The rates a tenant may be given, in runs per second. A rate is stored in tokens per 1000 s
 #: (core/tenants.py), so the smallest is one token; the largest is far above what a cluster starts.
 tenant_rate_per_s_min = 0.001

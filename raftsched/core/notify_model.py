@@ -20,7 +20,7 @@ from .errors import InvalidCommand, InvalidSpec
 #: Kinds about one job, which a job's or a tenant's routes list.
 JOB_KINDS = (
     "run.dead", "run.failed", "run.succeeded", "job.recovered", "slot.missed", "deadline.missed",
-    "deadline.late", "run.unplaceable", "job.paused", "job.resumed", "job.triggered", "run.requeued",
+    "deadline.late", "run.unplaceable", "job.paused", "job.resumed", "job.triggered", "run.requeued", "run.cancelled",
 )
 #: Kinds about the cluster, which a sink subscribes to (``subscribe``), admin only.
 CLUSTER_KINDS = ("worker.lost", "cluster.leader_changed", "cluster.no_leader")

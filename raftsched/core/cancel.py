@@ -1,0 +1,110 @@
+"""Cancelling one run by request (``POST /v1/runs/{id}/cancel``; docs/api.md, "Cancel a run").
+
+A run that has not ended can be cancelled, whatever its job does next (its job is not paused: a
+run stuck, or a slot that must not run after all). What the cancel makes of it depends on where
+the run is, and mirrors what the scheduler itself does to a run in that place:
+
+- ``queued`` (its slot not yet handed out, a retry waiting for its backoff, a run a pause holds):
+  it leaves its queue and its slot is recorded ``skipped``, reason ``cancelled``, as a backfill's
+  cancel withdraws its queued runs (core/backfills.py ``_withdraw``). Attempts already made are
+  kept.
+- ``running`` (a worker's lease, or a heartbeat job's run a ``start`` ping began): it ends
+  ``failed``, its error saying so, as an overlap ``replace`` revokes a run (core/fire.py
+  ``revoke``): the lease ends, so its fencing token goes stale; the worker's next heartbeat is
+  told it no longer holds the run and stops it, and the outcome it may still send is refused.
+  The cancel does not retry it and does not dead-letter it.
+
+Either way the slot's deadlines are judged at once (core/deadlines.py ``on_finish``), the run's
+pipeline children learn the outcome as they learn any other (core/pipelines.py), the job's last
+slot outcome says it (unless it is an older slot's), and ``run.cancelled`` goes to the sinks that
+route it: an operator's change, as ``job.paused`` is, not a failure of the job's code, so it
+counts in no ``consecutive_failures`` and opens no incident. Nothing else ends: a run of another
+slot, the job, its schedule.
+
+Refused (nothing changes): a run that has ended (409 ``Conflict`` with its ``state``), a dead run
+(its place is the dead-letter queue: purge it there), a heartbeat job's slot waiting for its
+ping, and an id that names no run (404).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import deadlines, limits, pipehooks
+from .errors import Conflict, InvalidCommand, NotFound
+from .events import LAST_SLOT, emit_for
+from .notify import health, of_backfill, older_than_last
+from .queues import unqueue_count
+from .records import Result, ok
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .commands import Command
+    from .state import SchedulerState
+
+#: What a cancel makes of a run, by the state it was in.
+BECOMES = {"queued": "skipped", "running": "failed"}
+
+
+def why(by: str | None, reason: str | None) -> str:
+    """The error a cancelled run shows: who asked (the token's id), and why in their words."""
+    text = "cancelled by request" + (f" of token {by}" if by else "")
+    return f"{text}: {reason}" if reason else text
+
+
+def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``cancel_run {run, by?, reason?}``: end a queued or running run (module docstring).
+    ``by``: the token id that asked; ``reason``: why, in its words.
+
+    :raises InvalidCommand: a field of the wrong type. :raises NotFound: no run of that id.
+    :raises Conflict: the run has ended, is dead, or is a heartbeat job's slot waiting."""
+    rid, by, reason = cmd.get("run"), cmd.get("by"), cmd.get("reason")
+    if not isinstance(rid, str) or not rid or len(rid) > limits.run_id_chars_max:
+        raise InvalidCommand("cancel_run needs run")
+    if by is not None and not (isinstance(by, str) and len(by) <= limits.pause_by_chars_max):
+        raise InvalidCommand("cancel_run.by must be a token id or nil")
+    if reason is not None and not (isinstance(reason, str) and 1 <= len(reason) <= limits.cancel_reason_chars_max):
+        raise InvalidCommand(f"cancel_run.reason must be a string of 1-{limits.cancel_reason_chars_max} "
+                             "characters or nil")
+    run = s.runs.get(rid)
+    if run is None:
+        raise NotFound(f"no run {rid!r}", field="run")
+    state = run["state"]
+    if state == "dead":
+        raise Conflict(f"run {rid!r} is dead: it is in its queue's dead-letter queue, where DELETE "
+                       f"/v1/dlq/{rid} purges it", field="run", state=state)
+    if state == "waiting":
+        raise Conflict(f"run {rid!r} is a heartbeat job's slot waiting for its start ping: nothing runs it, so "
+                       "there is nothing to cancel (its deadline judges it if no ping comes)", field="run",
+                       state=state)
+    if state not in BECOMES:
+        raise Conflict(f"run {rid!r} has ended ({state}): only a queued or running run can be cancelled",
+                       field="run", state=state)
+    error = why(by, reason)
+    backfill = of_backfill(run)
+    worker = run["worker"]  # (a running run's, named in the answer)
+    h = None if backfill else s.health.get(run["job"])
+    if state == "queued":
+        unqueue_count(s, run)
+        run.update(state="skipped", reason="cancelled", error=error, finished_at=now)
+        s.stats.on_recorded("skipped", "cancelled")
+        if h is not None:  # (as a slot recorded: notify.on_slot_recorded)
+            h[LAST_SLOT] = [run["slot"], "skipped", "cancelled"]
+    else:
+        if rid in s._running_ids:  # a worker's lease (a heartbeat run a ping started holds none)
+            deadlines.end_lease(s, run, now, False, error)
+        run.update(state="failed", error=error, finished_at=now, deadline=None)
+        s.stats.on_finished("failed")
+        if not backfill:  # (as a run an overlap replace revokes: notify.on_replaced)
+            h = health(s, run["job"])
+            if not older_than_last(h, run["slot"]):
+                h[LAST_SLOT] = [run["slot"], "failed", error]
+    if s.sinks:
+        emit_for(s, "run.cancelled", now, backfill, job=run["job"], tenant=run.get("tenant"), slot=run["slot"],
+                 run_id=rid, attempt=run["attempt"], reason=error, was=state, state=run["state"], by=by, note=reason)
+    deadlines.on_finish(s, run, now)
+    if run["job"] in s.pipes.children:  # a final outcome: its children decide the slot
+        pipehooks.notify(s, run, now)
+    out = ok(run=rid, state=run["state"], was=state)
+    if state == "running":
+        out.update(worker=worker, token=run["fencing_token"])
+    return out
+

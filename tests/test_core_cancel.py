@@ -1,0 +1,196 @@
+"""raftsched/core/cancel.py: a queued or running run ended by request (``cancel_run``). Driven
+through apply as a replica applies it (pure: no network, no clock; every time an offset from T0).
+
+What it promises: a queued run leaves its queue, recorded skipped (reason cancelled); a running
+one ends failed, its lease with it (its token stale: heartbeat says lost, its outcome is
+refused), neither retried nor dead-lettered; the indexes are what a restore rebuilds; the slot's
+deadline, its pipeline children and the sinks learn it; a refusal changes nothing.
+"""
+from __future__ import annotations
+
+import pytest
+
+from raftsched.core import commands, limits
+from raftsched.core.cancel import why
+
+from core_helpers import (SEC, T0, apply, complete_many, new_state, put_cmd, refused, restored, resume_cmd, spec_of,
+                          tick)
+from test_core_fire import counters
+
+EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, retry={"max_attempts": 3})
+
+
+def cancel(s, now: int, rid: str, **kw) -> dict:
+    return apply(s, commands.cancel_run(now, None, run=rid, **kw))
+
+
+def acquire(s, now: int, n: int = 10) -> list[dict]:
+    return apply(s, commands.acquire(now, worker="w", queues=None, max=n, ttl=30_000, types=None))["runs"]
+
+
+def fired(spec=EVERY10):
+    s = new_state(("a", spec))
+    tick(s, T0 + 10 * SEC)
+    return s, f"a@{T0 + 10 * SEC}"
+
+
+def test_a_queued_run_is_recorded_skipped_and_no_worker_gets_it():
+    s, rid = fired()
+    res = cancel(s, T0 + 11 * SEC, rid, by="3f9c0a1b2c3d4e5f", reason="bad deploy")
+    assert res == {"ok": True, "run": rid, "state": "skipped", "was": "queued"}
+    run = s.runs[rid]
+    assert (run["state"], run["reason"], run["finished_at"]) == ("skipped", "cancelled", T0 + 11 * SEC)
+    assert run["error"] == "cancelled by request of token 3f9c0a1b2c3d4e5f: bad deploy"
+    assert acquire(s, T0 + 12 * SEC) == []
+    assert counters(s) == counters(restored(s)) == {"depth": {}, "running": {}, "running_ids": set(), "dead": {}}
+    assert s.stats.recorded[("skipped", "cancelled")] == 1
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_running_run_ends_failed_its_lease_with_it_and_is_not_retried():
+    s, rid = fired()
+    grant = acquire(s, T0 + 11 * SEC)[0]
+    res = cancel(s, T0 + 12 * SEC, rid)
+    assert res == {"ok": True, "run": rid, "state": "failed", "was": "running", "worker": "w",
+                   "token": grant["token"]}
+    run = s.runs[rid]
+    assert (run["state"], run["error"], run["deadline"]) == ("failed", "cancelled by request", None)
+    assert run["attempts"][-1]["token"] == grant["token"] and run["attempts"][-1]["ok"] is False
+    assert counters(s) == counters(restored(s)) == {"depth": {}, "running": {}, "running_ids": set(), "dead": {}}
+    # Its worker is told at its next heartbeat, and its outcome is refused.
+    hb = apply(s, commands.heartbeat(T0 + 13 * SEC, worker="w", leases=[[rid, grant["token"]]], ttl=30_000))
+    assert hb["lost"] == [rid]
+    _, each = complete_many(s, commands.complete_many(T0 + 14 * SEC, None, worker="w", results=[
+        {"run": rid, "token": grant["token"], "success": False, "error": "killed"}]))
+    assert each[0]["ok"] is False
+    # Three attempts allowed, one made: still no retry, and nothing in the dead-letter queue.
+    assert acquire(s, T0 + 60 * SEC) == [] and s.runs[rid]["state"] == "failed"
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_retry_waiting_for_its_backoff_is_cancelled_with_its_attempts_kept():
+    s, rid = fired()
+    grant = acquire(s, T0 + 11 * SEC)[0]
+    complete_many(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
+        {"run": rid, "token": grant["token"], "success": False, "error": "exit 1"}]))
+    assert s.runs[rid]["state"] == "queued"
+    assert cancel(s, T0 + 13 * SEC, rid)["state"] == "skipped"
+    run = s.runs[rid]
+    assert run["attempts"][-1]["error"] == "exit 1" and run["reason"] == "cancelled"
+    assert acquire(s, T0 + 120 * SEC) == []
+    assert counters(s) == counters(restored(s))
+
+
+def test_a_run_a_pause_holds_is_cancelled_and_the_resume_leaves_it_so():
+    s = new_state(("a", EVERY10))
+    tick(s, T0 + 10 * SEC)
+    apply(s, commands.pause_job(T0 + 10 * SEC - 1, None, name="a"))
+    held = [r for r in s.runs.values() if r["state"] == "queued"]
+    assert held
+    rid = held[0]["id"]
+    assert cancel(s, T0 + 10 * SEC, rid)["state"] == "skipped"
+    assert apply(s, resume_cmd(s, "a", T0 + 10 * SEC + 1))["ok"]
+    assert s.runs[rid]["state"] == "skipped" and acquire(s, T0 + 12 * SEC) == []
+    assert counters(s) == counters(restored(s))
+
+
+def test_overlap_forbid_lets_the_next_slot_run_once_the_active_one_is_cancelled():
+    spec = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, overlap={"policy": "forbid"})
+    s, rid = fired(spec)
+    acquire(s, T0 + 11 * SEC)
+    cancel(s, T0 + 12 * SEC, rid)
+    tick(s, T0 + 20 * SEC)
+    assert s.runs[f"a@{T0 + 20 * SEC}"]["state"] == "queued"
+
+
+@pytest.mark.parametrize("state", ["succeeded", "dead", "skipped"])
+def test_a_run_that_ended_is_refused_and_nothing_changes(state):
+    s, rid = fired(spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, retry={"max_attempts": 1}))
+    if state == "skipped":
+        cancel(s, T0 + 11 * SEC, rid)
+    else:
+        grant = acquire(s, T0 + 11 * SEC)[0]
+        complete_many(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
+            {"run": rid, "token": grant["token"], "success": state == "succeeded", "error": "exit 1"}]))
+    assert s.runs[rid]["state"] == state
+    res = refused(s, commands.cancel_run(T0 + 20 * SEC, None, run=rid), "conflict")
+    assert res["error"]["field"] == "run" and res["error"]["state"] == state
+    if state == "dead":
+        assert f"DELETE /v1/dlq/{rid}" in res["error"]["message"]
+
+
+def test_an_unknown_run_and_malformed_commands_are_refused_and_change_nothing():
+    s, rid = fired()
+    refused(s, commands.cancel_run(T0 + 11 * SEC, None, run=f"a@{T0 + 20 * SEC}"), "not_found")
+    for bad in ({}, {"run": ""}, {"run": 7}, {"run": "x" * (limits.run_id_chars_max + 1)},
+                {"run": rid, "by": 5}, {"run": rid, "by": "x" * (limits.pause_by_chars_max + 1)},
+                {"run": rid, "reason": ""}, {"run": rid, "reason": ["x"]},
+                {"run": rid, "reason": "x" * (limits.cancel_reason_chars_max + 1)}):
+        refused(s, commands.make("cancel_run", T0 + 11 * SEC, None, **bad), "invalid_command")
+    assert s.runs[rid]["state"] == "queued"
+
+
+def test_a_heartbeat_jobs_waiting_slot_is_refused():
+    spec = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, executor={"type": "heartbeat"})
+    s, rid = fired(spec)
+    assert s.runs[rid]["state"] == "waiting"
+    res = refused(s, commands.cancel_run(T0 + 11 * SEC, None, run=rid), "conflict")
+    assert "ping" in res["error"]["message"]
+
+
+def test_the_sinks_are_told_and_the_job_opens_no_incident():
+    from test_notify_core import WEBHOOK
+    spec = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, name="a",
+                   notify=[{"sink": "ops", "on": ["run.cancelled", "run.dead", "slot.missed"]}])
+    s = new_state()
+    apply(s, commands.put_sink(T0, None, name="ops", spec=WEBHOOK))
+    apply(s, put_cmd(s, "a", spec, T0))
+    tick(s, T0 + 10 * SEC)
+    rid = f"a@{T0 + 10 * SEC}"
+    grant = acquire(s, T0 + 11 * SEC)[0]
+    cancel(s, T0 + 12 * SEC, rid, by="tok1", reason="stuck")
+    ev = [e for e in s.outbox.events if e["kind"] == "run.cancelled"]
+    assert len(ev) == 1 and [e["kind"] for e in s.outbox.events] == ["run.cancelled"]  # no slot.missed, no run.dead
+    e = ev[0]
+    assert (e["job"], e["slot"], e["run_id"], e["attempt"]) == ("a", T0 + 10 * SEC, rid, 1)
+    assert e["reason"] == "cancelled by request of token tok1: stuck"
+    assert e["detail"] == {"was": "running", "state": "failed", "by": "tok1", "note": "stuck"}
+    h = s.health["a"]
+    from raftsched.core.events import CONSECUTIVE, INCIDENT, LAST_SLOT
+    assert h[CONSECUTIVE] == 0 and h[INCIDENT] is None and h[LAST_SLOT][:2] == [T0 + 10 * SEC, "failed"]
+    assert grant["token"]
+    assert restored(s).snapshot() == s.snapshot()
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_the_slots_deadline_is_judged_at_once(running):
+    from test_core_deadlines import acquire as dl_acquire, rec, spec as dl_spec, tick as dl_tick
+    s = new_state()
+    apply(s, put_cmd(s, "j", dl_spec({"every_s": 10}, {"succeed_within_s": 60}), T0))
+    dl_tick(s, T0 + 10 * SEC)
+    rid = f"j@{T0 + 10 * SEC}"
+    assert rec(s, rid)["state"] == "pending"
+    if running:
+        dl_acquire(s, T0 + 11 * SEC)
+    cancel(s, T0 + 12 * SEC, rid)
+    r = rec(s, rid)
+    assert (r["state"], r["cause"]) == ("missed", "failed" if running else "skipped"), r
+
+
+def test_a_pipeline_child_decides_the_slot_when_its_parent_is_cancelled():
+    parent = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
+    child = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, after=[{"job": "a"}])
+    s = new_state(("a", parent), ("b", child))
+    tick(s, T0 + 10 * SEC)
+    rid = f"a@{T0 + 10 * SEC}"
+    assert s.runs[rid]["state"] == "queued"
+    cancel(s, T0 + 11 * SEC, rid)
+    tick(s, T0 + 12 * SEC)
+    b = s.runs.get(f"b@{T0 + 10 * SEC}")
+    assert b is not None and b["state"] == "skipped" and b["reason"].startswith("upstream"), b
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_why_names_who_and_why():
+    assert why(None, None) == "cancelled by request"
+    assert why("bootstrap", "x") == "cancelled by request of token bootstrap: x"
