@@ -1225,6 +1225,11 @@ def main(argv: list[str] | None = None) -> int:
 
     client("run", "show one run or recorded slot by its id (NAME@MS...): its attempts, and what a queued run "
                   "waits for", lambda a, c: c.get_run(a.id), read=True).add_argument("id")
+    c = client("cancel", "cancel a queued or running run by its id (NAME@MS...): a queued one is recorded skipped "
+                         "(reason cancelled), a running one ends failed and its worker stops it at its next "
+                         "heartbeat; neither is retried", lambda a, c: c.cancel_run(a.id, a.reason))
+    c.add_argument("id")
+    c.add_argument("--reason", help="why, in your words: the run's error shows it, with the token that asked")
     c = client("dlq", "list dead runs, newest first (optionally of one queue)",
                lambda a, c: c.dlq(a.queue, a.limit), read=True)
     c.add_argument("--queue")

@@ -125,6 +125,7 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("DELETE", "/v1/dlq/a@1", None), ("GET", "/v1/locks/l", None),
     ("POST", "/v1/locks/l/acquire", {"owner": "me", "ttl_s": 5}), ("POST", "/v1/locks/l/renew", {"token": 1}),
     ("POST", "/v1/locks/l/release", {"token": 1}), ("GET", "/v1/runs", None), ("GET", "/v1/runs/a@1", None),
+    ("POST", "/v1/runs/a@1/cancel", None),
     ("GET", "/v1/tokens", None), ("POST", "/v1/tokens", {"role": "reader"}),
     ("DELETE", "/v1/tokens/0123456789abcdef", None), ("DELETE", "/v1/jobs/zz", None),
     ("POST", "/v1/jobs/a/backfills", {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z", "dry_run": True}),
@@ -470,6 +471,34 @@ def test_a_limited_token_sees_only_its_tenants_dead_runs():
         assert env.state.runs[b1_run]["state"] == "dead"
         a1_run = [r for r in env.state.runs if r.startswith("a1@")][0]
         assert (await call(c, "POST", f"/v1/dlq/{a1_run}/requeue", tok))[0] == 200
+    run(t)
+
+
+def test_a_limited_token_cancels_only_its_tenants_runs_and_a_reader_none():
+    async def t(env, c):
+        await _seed(c)  # a1 (alpha) and b1 (beta) each have a queued manual run
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        reader = (await new_token(c, "reader"))["token"]
+        b1_run = [r for r in env.state.runs if r.startswith("b1@")][0]
+        a1_run = [r for r in env.state.runs if r.startswith("a1@")][0]
+        s, e = await call(c, "POST", f"/v1/runs/{b1_run}/cancel", tok)
+        assert s == 404 and e["error"]["field"] == "run"  # another tenant's run does not exist for it
+        assert (await call(c, "POST", f"/v1/runs/{a1_run}/cancel", reader))[0] == 403
+        assert {r["state"] for r in env.state.runs.values()} == {"queued"}
+        s, b = await call(c, "POST", f"/v1/runs/{a1_run}/cancel", tok, body={"reason": "wrong input"})
+        assert s == 200 and b == {"run": a1_run, "state": "skipped", "was": "queued"}, b
+        run_ = env.state.runs[a1_run]
+        assert run_["error"] == f"cancelled by request of token {tok.split('_')[1]}: wrong input", run_["error"]
+        assert env.state.runs[b1_run]["state"] == "queued"
+        s, e = await call(c, "POST", f"/v1/runs/{a1_run}/cancel", tok)  # once ended, a 409 says how
+        assert s == 409 and e["error"]["state"] == "skipped" and e["error"]["field"] == "run"
+        s, e = await call(c, "POST", f"/v1/runs/{b1_run}/cancel", body={"reason": "x" * 257})
+        assert s == 422 and e["error"]["field"] == "reason"
+        s, e = await call(c, "POST", f"/v1/runs/{b1_run}/cancel", body={"why": "x"})
+        assert s == 422 and e["error"]["field"] == "why"
+        s, e = await call(c, "POST", f"/v1/runs/{b1_run}/cancel", body={"reason": "a\nb"})
+        assert s == 422 and e["error"]["field"] == "reason"
+        assert env.state.runs[b1_run]["state"] == "queued"
     run(t)
 
 

@@ -316,7 +316,15 @@ def test_the_deadline_subcommands_call_the_client(monkeypatch, capsys):
         assert rc == 2 and "called" not in out.out and "raftsched explain: give" in out.err, (argv, rc, out)
 
 
-@pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"],
+def test_cancel_calls_the_client_with_its_reason(monkeypatch, capsys):
+    rc, _ = _run(monkeypatch, ["cancel", "j@1796173200000", "--reason", "bad input"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == {
+        "called": "cancel_run", "args": ["j@1796173200000", "bad input"]}
+    rc, _ = _run(monkeypatch, ["cancel", "j@1796173200000"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "cancel_run", "args": ["j@1796173200000", None]}
+
+
+@pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"], ["cancel", "r@1"],
                                   ["backfill", "j", "--from", "a", "--to", "b"]])
 def test_one_path_prints_a_client_error_for_every_subcommand(monkeypatch, capsys, argv):
     from raftsched.client.core import error_of, with_status

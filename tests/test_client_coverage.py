@@ -65,6 +65,7 @@ CALLS = [
     (("GET", "/v1/dlq"), "dlq", ()),
     (("GET", "/v1/dlq/{run}"), "dlq_get", ("a@nosuch",)),
     (("POST", "/v1/dlq/{run}/requeue"), "dlq_requeue", ("a@nosuch",)),
+    (("POST", "/v1/runs/{run}/cancel"), "cancel_run", ("a@nosuch", "why")),
     (("DELETE", "/v1/dlq/{run}"), "dlq_delete", ("a@nosuch",)),
     (("POST", "/v1/locks/{name}/acquire"), "lock_acquire", ("l", "me", 5)),
     (("GET", "/v1/locks/{name}"), "lock_info", ("l",)),

@@ -212,6 +212,9 @@ def test_the_other_operations_answers_conform_to_the_document():
             await go("POST", "/v1/jobs/hb/ping", "/v1/jobs/{name}/ping", {"status": "start"})
             await go("POST", "/v1/jobs:batch", "/v1/jobs:batch", {"jobs": {"c": SPEC, "a": SPEC}, "create_only": True})
             await go("POST", "/v1/jobs/a/resume", "/v1/jobs/{name}/resume")
+            queued = (await go("POST", "/v1/jobs/a/trigger", "/v1/jobs/{name}/trigger"))["run"]
+            await go("POST", f"/v1/runs/{queued}/cancel", "/v1/runs/{run}/cancel", {"reason": "not now"})
+            await go("GET", f"/v1/runs/{queued}", "/v1/runs/{run}")  # a run cancelled conforms too
             await go("GET", "/v1/jobs/a/preview", "/v1/jobs/{name}/preview")
             await go("POST", "/v1/preview", "/v1/preview", {"schedule": {"cron": "30 2 * * *", "timezone":
                      "Europe/Berlin"}, "executor": SPEC["executor"], "misfire": SPEC["misfire"]})

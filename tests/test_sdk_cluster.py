@@ -17,7 +17,7 @@ from procs import Cluster, REPO, running_cluster
 
 from raftsched import AsyncClient
 from raftsched.client import LockHeld
-from raftsched.core.errors import NotFound, RaftschedError
+from raftsched.core.errors import Conflict, NotFound, RaftschedError
 from test_client_coverage import CALLS
 
 pytestmark = pytest.mark.cluster
@@ -209,6 +209,11 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             assert any(x["id"] == rid for x in (await call("list_runs", state="dead"))["runs"])
             assert rid in [x["id"] for x in (await call("dlq"))["runs"]]
             assert (await call("dlq_get", rid))["state"] == "dead"
+            try:  # a dead run is the dead-letter queue's: a cancel says where it is
+                await call("cancel_run", rid, "not this one")
+                raise AssertionError("a dead run was cancelled")
+            except Conflict as e:
+                assert e.extra.get("state") == "dead" and "dlq" in e.message, e
             rq = await call("dlq_requeue", rid)
             assert rq["run"] == rid and rq["state"] == "queued"
             for _ in range(600):

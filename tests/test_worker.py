@@ -329,6 +329,32 @@ def test_a_stopped_worker_does_not_report_the_runs_it_killed_as_failed():
     run(t())
 
 
+def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed():
+    """POST /v1/runs/{id}/cancel of a running run (core/cancel.py): the lease ends in the state,
+    the worker's next heartbeat is told it lost the run and kills it, its slot takes the next run,
+    and the cancelled run stays failed with the reason (its kill is not reported over it)."""
+    async def t():
+        env = Env("cancelled", "exec_targets:slow_async", runs=1, slots=1, lease_ttl_ms=3_000)
+        (rid,) = await env.setup()
+        exec_targets.RECORDED.pop(rid, None)
+        exec_targets.STARTED[rid] = asyncio.Event()
+        task = asyncio.create_task(env.worker.run())
+        await asyncio.wait_for(exec_targets.STARTED[rid].wait(), 5)
+        res = await env.service.cancel_run(rid, None, by="tok1", reason="stuck on a lock")
+        assert res["state"] == "failed" and res["was"] == "running" and res["worker"].startswith("node-1"), res
+        await wait_until(lambda: any(r["kind"] == "cancelled" for r in exec_targets.RECORDED.get(rid, ())), 5,
+                         "the worker to kill the cancelled run")
+        await wait_until(lambda: not env.worker.held and env.worker._executing == 0, 5, "its slot to be freed")
+        nxt = (await env.service.trigger_job(env.job, None))["run"]
+        exec_targets.STARTED[nxt] = asyncio.Event()
+        await asyncio.wait_for(exec_targets.STARTED[nxt].wait(), 5)  # the one slot runs the next run
+        await stop(task)
+        r = env.state.runs[rid]
+        assert (r["state"], r["error"]) == ("failed", "cancelled by request of token tok1: stuck on a lock"), r
+        assert len(r["attempts"]) == 1 and r["attempts"][0]["ok"] is False
+    run(t())
+
+
 def _not_reported_and_leases_left_to_expire(env: Env, ids: list[str]) -> None:
     """No outcome of ``ids`` was reported, and each is still running its first attempt: its
     lease expires (a lost attempt), as after a crash."""

@@ -354,6 +354,10 @@ class AsyncClient(Transport):
         """``GET /v1/dlq/{run}``: one dead run."""
         return await self._send(endpoints.dlq_get(run, consistent, stale=stale))
 
+    async def cancel_run(self, run: str, reason: str | None = None) -> dict:
+        """``POST /v1/runs/{run}/cancel``: end a queued or running run (``reason``: why)."""
+        return await self._send(endpoints.cancel_run(run, reason))
+
     async def dlq_requeue(self, run: str) -> dict:
         """``POST /v1/dlq/{run}/requeue``: queue a dead run again, with a fresh budget."""
         return await self._send(endpoints.dlq_requeue(run))

@@ -373,6 +373,10 @@ class Client(Transport):
         """``GET /v1/dlq/{run}``: one dead run."""
         return self._send(endpoints.dlq_get(run, consistent, stale=stale))
 
+    def cancel_run(self, run: str, reason: str | None = None) -> dict:
+        """``POST /v1/runs/{run}/cancel``: end a queued or running run (``reason``: why)."""
+        return self._send(endpoints.cancel_run(run, reason))
+
     def dlq_requeue(self, run: str) -> dict:
         """``POST /v1/dlq/{run}/requeue``: queue a dead run again, with a fresh budget."""
         return self._send(endpoints.dlq_requeue(run))

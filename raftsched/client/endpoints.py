@@ -293,6 +293,15 @@ def dlq_get(run: str, consistent: bool = False, *, stale: bool = False) -> Reque
 
 
 @endpoint
+def cancel_run(run: str, reason: str | None = None) -> Request:
+    """``POST /v1/runs/{run}/cancel``: end a queued run (recorded ``skipped``, reason
+    ``cancelled``) or a running one (``failed``: its lease ends, and its worker stops it at its
+    next heartbeat). ``reason``: why, in your words, shown in the run's error with the token that
+    asked. :raises NotFound: :raises Conflict: it has ended already (``state``), or is dead."""
+    return Request("POST", f"/v1/runs/{_q(run)}/cancel", body=None if reason is None else {"reason": reason})
+
+
+@endpoint
 def dlq_requeue(run: str) -> Request:
     """``POST /v1/dlq/{run}/requeue``: queue a dead run again, with a fresh attempt budget."""
     return Request("POST", f"/v1/dlq/{_q(run)}/requeue")

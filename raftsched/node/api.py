@@ -20,7 +20,7 @@ import socket
 from aiohttp import web
 
 from ..core import deadlines, limits, members, model, queries
-from ..core.bodies import validate_pause
+from ..core.bodies import validate_cancel, validate_pause
 from ..core.errors import (BadRequest, Conflict, InvalidSpec, NotFound, RaftschedError, RequestTimeout, TooManyRequests,
                            Unauthorized, Unavailable)
 from ..core.model import RUN_STATES
@@ -735,6 +735,13 @@ async def dlq_requeue(request: web.Request) -> web.Response:
     return json_response(await svc.dlq_requeue(request.match_info["run"], rid(request), tenants_of(request)))
 
 
+async def cancel_run(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    reason = validate_cancel(await optional_json_body(request))
+    return json_response(await svc.cancel_run(request.match_info["run"], rid(request), by=_principal_id(request),
+                                              reason=reason))
+
+
 async def dlq_delete(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     return json_response(await svc.dlq_delete(request.match_info["run"], rid(request)))
@@ -998,6 +1005,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/runs", list_runs, _R, T.FILTERED, "runs and recorded slots, newest first",
           params=(STALE, CONSISTENT, _RUNS_PAGE, _STATE) + _WINDOW, response="runs_page"),
     Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(STALE, CONSISTENT), errors=(404,), response="run"),
+    Route("POST", "/v1/runs/{run}/cancel", cancel_run, _W, T.RUN,
+          "cancel a queued or running run (a running one's worker stops it)", body="cancel", body_optional=True,
+          errors=(404, 409, 422), response="run_cancelled"),
     Route("POST", "/v1/jobs/{name}/ping", ping_job, "ping", T.JOB, "a heartbeat job's start, success or fail",
           body="ping", body_optional=True, errors=(404, 409, 422), response="pinged"),
     Route("GET", "/v1/deadlines", list_deadlines, _R, T.FILTERED, "slots' deadline outcomes, newest first",

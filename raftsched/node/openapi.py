@@ -285,6 +285,8 @@ def _bodies() -> dict[str, Schema]:
                                        "become (create, replace with its changes, unchanged, conflict)"),
         "pause": _obj({"note": _nullable(_str(1, limits.pause_note_chars_max))},
                       description="note: why, in your words; GET /v1/jobs/{name} shows it with since and by"),
+        "cancel": _obj({"reason": _nullable(_str(1, limits.cancel_reason_chars_max))},
+                       description="reason: why, in your words; the run's error shows it with the token that asked"),
         "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME),
                          "propagate": {"type": "boolean", "description": "its outcome reaches the job's children "
                                        "(pipelines)"}}),
@@ -486,6 +488,9 @@ def _more_responses() -> dict[str, Schema]:
         "dlq_requeued": _open({"run": s, "state": {"enum": list(RUN_STATES)}, "attempt": i_or_null},
                               ("run", "state", "attempt")),
         "run_deleted": _open({"run": s, "deleted": _BOOL}, ("run", "deleted")),
+        "run_cancelled": _open({"run": s, "state": {"enum": ["skipped", "failed"]},
+                                "was": {"enum": ["queued", "running"]}, "worker": s, "token": i},
+                               ("run", "state", "was")),
         "lock": _open({"lock": s, "owner": s, "token": i, "expires_at": s_or_null, "since": s_or_null},
                       ("lock", "owner", "token", "expires_at", "since")),
         "lock_held": _open({"lock": s, "owner": s, "token": i, "expires_at": s_or_null},

@@ -963,6 +963,23 @@ class Service:
         res = await self.propose(commands.dlq_delete(self.clock.now_ms(), rid or new_request_id(), run=run_id))
         return self._out(res, {"run": run_id, "deleted": True})
 
+    # ------------------------------------------------------------------ a run cancelled
+    async def cancel_run(self, run_id: str, rid: str | None, by: str | None = None,
+                         reason: str | None = None) -> dict:
+        """``POST /v1/runs/{id}/cancel``: end a queued run (recorded skipped, reason
+        ``cancelled``) or a running one (failed; its lease ends, so its worker stops it at its
+        next heartbeat): core/cancel.py. ``by``: the token id that asked; ``reason``: why.
+
+        :raises NotFound: no such run. :raises Conflict: it ended already (``state``), is dead,
+            or is a heartbeat job's slot waiting for its ping."""
+        model.check_run_id(run_id)
+        res = await self.propose(commands.cancel_run(self.clock.now_ms(), rid or new_request_id(), run=run_id,
+                                                     by=by, reason=reason))
+        out = {"run": run_id, "state": res["state"], "was": res["was"]}
+        if res["was"] == "running":
+            out.update(worker=res["worker"], token=res["token"])
+        return self._out(res, out)
+
     # ------------------------------------------------------------------ the fencing counter
     def fencing(self) -> dict:
         """``GET /v1/cluster/fencing``: the highest token granted (the next is above it)."""

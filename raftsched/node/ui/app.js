@@ -420,8 +420,15 @@ pages.run = {
     let r;
     try { r = await get("/v1/runs/" + encodeURIComponent(id)); } catch (e) { area.replaceChildren(h("p", { class: "error" }, e.message)); return; }
     const out = r.output || "";
+    // A queued or running run can be cancelled (POST /v1/runs/{id}/cancel): not retried either way.
+    const cancel = r.state === "queued" || r.state === "running" ? action("cancel", "jobs.write", r.state === "running"
+      ? `Cancel ${r.id}? It ends failed and is not retried; its worker stops it at its next heartbeat.`
+      : `Cancel ${r.id}? It does not run: its slot is recorded skipped (cancelled).`,
+    () => api("POST", `/v1/runs/${encodeURIComponent(r.id)}/cancel`)) : null;
     area.replaceChildren(h("h1", {}, "Run ", r.id), h("p", {}, pill(r.state), " job ",
-      h("a", { href: "#/job/" + encodeURIComponent(r.job) }, r.job), ` · slot ${r.slot} · attempt ${fmt(r.attempt)}`),
+      h("a", { href: "#/job/" + encodeURIComponent(r.job) }, r.job), ` · slot ${r.slot} · attempt ${fmt(r.attempt)}`,
+      cancel ? [" ", cancel] : null),
+    r.error || r.reason ? h("p", { id: "run-why" }, [r.reason, r.error].filter(Boolean).join(": ")) : null,
     h("h2", {}, "Output (its tail)"), h("pre", { id: "output" }, out.length > 4000 ? "…" + out.slice(-4000) : out || "(none)"),
     h("h2", {}, "Attempts"), h("pre", {}, JSON.stringify(r.attempts || [], null, 2)));
   },
