@@ -258,8 +258,8 @@ CONSTRUCTED = [
     (commands.fencing_floor(T0, "r", at_least=7), commands.make("fencing_floor", T0, "r", at_least=7)),
     (commands.join_expire(T0, joins=[]), commands.make("join_expire", T0, None, joins=[])),
     (commands.fanout_step(T0, key="k", after=None), commands.make("fanout_step", T0, None, key="k", after=None)),
-    (commands.cancel_run(T0, "r", run="x@1", by="t", reason="why"),
-     commands.make("cancel_run", T0, "r", run="x@1", by="t", reason="why")),
+    (commands.cancel_run(T0, "r", run="x@1", reason="why"),
+     commands.make("cancel_run", T0, "r", run="x@1", reason="why")),
 ]
 
 

@@ -36,11 +36,11 @@ def fired(spec=EVERY10):
 
 def test_a_queued_run_is_recorded_skipped_and_no_worker_gets_it():
     s, rid = fired()
-    res = cancel(s, T0 + 11 * SEC, rid, by="3f9c0a1b2c3d4e5f", reason="bad deploy")
+    res = cancel(s, T0 + 11 * SEC, rid, reason="bad deploy")
     assert res == {"ok": True, "run": rid, "state": "skipped", "was": "queued"}
     run = s.runs[rid]
     assert (run["state"], run["reason"], run["finished_at"]) == ("skipped", "cancelled", T0 + 11 * SEC)
-    assert run["error"] == "cancelled by request of token 3f9c0a1b2c3d4e5f: bad deploy"
+    assert run["error"] == "cancelled by request: bad deploy"
     assert acquire(s, T0 + 12 * SEC) == []
     assert counters(s) == counters(restored(s)) == {"depth": {}, "running": {}, "running_ids": set(), "dead": {}}
     assert s.stats.recorded[("skipped", "cancelled")] == 1
@@ -123,7 +123,6 @@ def test_an_unknown_run_and_malformed_commands_are_refused_and_change_nothing():
     s, rid = fired()
     refused(s, commands.cancel_run(T0 + 11 * SEC, None, run=f"a@{T0 + 20 * SEC}"), "not_found")
     for bad in ({}, {"run": ""}, {"run": 7}, {"run": "x" * (limits.run_id_chars_max + 1)},
-                {"run": rid, "by": 5}, {"run": rid, "by": "x" * (limits.pause_by_chars_max + 1)},
                 {"run": rid, "reason": ""}, {"run": rid, "reason": ["x"]},
                 {"run": rid, "reason": "x" * (limits.cancel_reason_chars_max + 1)}):
         refused(s, commands.make("cancel_run", T0 + 11 * SEC, None, **bad), "invalid_command")
@@ -148,13 +147,13 @@ def test_the_sinks_are_told_and_the_job_opens_no_incident():
     tick(s, T0 + 10 * SEC)
     rid = f"a@{T0 + 10 * SEC}"
     grant = acquire(s, T0 + 11 * SEC)[0]
-    cancel(s, T0 + 12 * SEC, rid, by="tok1", reason="stuck")
+    cancel(s, T0 + 12 * SEC, rid, reason="stuck")
     ev = [e for e in s.outbox.events if e["kind"] == "run.cancelled"]
     assert len(ev) == 1 and [e["kind"] for e in s.outbox.events] == ["run.cancelled"]  # no slot.missed, no run.dead
     e = ev[0]
     assert (e["job"], e["slot"], e["run_id"], e["attempt"]) == ("a", T0 + 10 * SEC, rid, 1)
-    assert e["reason"] == "cancelled by request of token tok1: stuck"
-    assert e["detail"] == {"was": "running", "state": "failed", "by": "tok1", "note": "stuck"}
+    assert e["reason"] == "cancelled by request: stuck"
+    assert e["detail"] == {"was": "running", "state": "failed"}
     h = s.health["a"]
     from raftsched.core.events import CONSECUTIVE, INCIDENT, LAST_SLOT
     assert h[CONSECUTIVE] == 0 and h[INCIDENT] is None and h[LAST_SLOT][:2] == [T0 + 10 * SEC, "failed"]
@@ -191,6 +190,94 @@ def test_a_pipeline_child_decides_the_slot_when_its_parent_is_cancelled():
     assert restored(s).snapshot() == s.snapshot()
 
 
-def test_why_names_who_and_why():
-    assert why(None, None) == "cancelled by request"
-    assert why("bootstrap", "x") == "cancelled by request of token bootstrap: x"
+def test_why_says_why_and_never_which_token():
+    assert why(None) == "cancelled by request"
+    assert why("x") == "cancelled by request: x"
+
+
+def test_cancelling_an_old_slots_retry_leaves_the_newer_slots_outcome_as_the_last():
+    # (found by a review: the queued branch wrote last_slot_outcome whatever its slot)
+    from raftsched.core.events import LAST_SLOT
+    spec = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, retry={"max_attempts": 3, "backoff_s": 60})
+    s, old = fired(spec)
+    g = acquire(s, T0 + 11 * SEC)[0]
+    complete_many(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
+        {"run": old, "token": g["token"], "success": False, "error": "exit 1"}]))  # retry in 60 s
+    tick(s, T0 + 20 * SEC)
+    new = acquire(s, T0 + 21 * SEC)
+    assert [x["id"] for x in new] == [f"a@{T0 + 20 * SEC}"]
+    complete_many(s, commands.complete_many(T0 + 22 * SEC, None, worker="w", results=[
+        {"run": new[0]["id"], "token": new[0]["token"], "success": True}]))
+    assert s.health["a"][LAST_SLOT] == [T0 + 20 * SEC, "succeeded", None]
+    cancel(s, T0 + 23 * SEC, old)
+    assert s.runs[old]["state"] == "skipped"
+    assert s.health["a"][LAST_SLOT] == [T0 + 20 * SEC, "succeeded", None]
+
+
+def test_run_cancelled_is_told_while_its_job_is_paused():
+    from test_notify_core import WEBHOOK
+    spec = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, name="a",
+                   notify=[{"sink": "ops", "on": ["run.cancelled"]}])
+    s = new_state()
+    apply(s, commands.put_sink(T0, None, name="ops", spec=WEBHOOK))
+    apply(s, put_cmd(s, "a", spec, T0))
+    tick(s, T0 + 10 * SEC)
+    rid = f"a@{T0 + 10 * SEC}"
+    acquire(s, T0 + 11 * SEC)
+    apply(s, commands.pause_job(T0 + 12 * SEC, None, name="a"))  # stuck: pause the job, then cancel its run
+    cancel(s, T0 + 13 * SEC, rid)
+    assert [(e["kind"], e["run_id"]) for e in s.outbox.events] == [("run.cancelled", rid)]
+
+
+def test_a_queued_run_by_hand_with_propagate_cancelled_takes_back_no_decision_of_its_children():
+    # (found by a review: a cancel of a re-run that never ran re-decided its children's slot)
+    from pipeline_helpers import job_raw, put as put_job
+    s = new_state()
+    put_job(s, "a", job_raw(every_s=10))
+    put_job(s, "b", job_raw(after=["a"]))
+    tick(s, T0 + 10 * SEC)
+    slot = T0 + 10 * SEC
+    g = acquire(s, T0 + 11 * SEC)[0]
+    complete_many(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
+        {"run": g["id"], "token": g["token"], "success": False, "error": "exit 1"}]))
+    assert s.runs[f"a@{slot}"]["state"] == "dead"
+    child = dict(s.runs[f"b@{slot}"])
+    assert child["reason"] == "upstream_failed"
+    apply(s, commands.dlq_delete(T0 + 13 * SEC, None, run=f"a@{slot}"))
+    res = apply(s, commands.trigger_job(T0 + 14 * SEC, None, name="a", extra={"slot": slot, "propagate": True}))
+    assert res["ok"] and s.runs[f"a@{slot}"]["state"] == "queued", res
+    cancel(s, T0 + 15 * SEC, f"a@{slot}")
+    assert s.runs[f"b@{slot}"] == child  # as it was: the dead run's outcome decided it
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_heartbeat_jobs_run_a_ping_started_ends_failed_and_names_no_lease():
+    spec = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3, executor={"type": "heartbeat"})
+    s, rid = fired(spec)
+    assert apply(s, commands.ping(T0 + 10 * SEC, None, name="a", status="start", slot=T0 + 10 * SEC))["ok"]
+    assert s.runs[rid]["state"] == "running"
+    res = cancel(s, T0 + 11 * SEC, rid, reason="host decommissioned")
+    assert res == {"ok": True, "run": rid, "state": "failed", "was": "running"}  # no worker, no token
+    assert s.runs[rid]["error"] == "cancelled by request: host decommissioned"
+    assert restored(s).snapshot() == s.snapshot()
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_children_on_each_edge_decide_as_docs_api_md_says(running):
+    # A queued run cancelled did not run: every child records upstream_missed. A running one
+    # failed: a handler on failure or finished runs, one on success records upstream_failed.
+    from pipeline_helpers import job_raw, put as put_job
+    s = new_state()
+    put_job(s, "a", job_raw(every_s=10))
+    for name, on in (("h", "failure"), ("f", "finished"), ("ok", "success")):
+        put_job(s, name, job_raw(after=[{"job": "a", "on": on}]))
+    tick(s, T0 + 10 * SEC)
+    slot = T0 + 10 * SEC
+    if running:
+        acquire(s, T0 + 11 * SEC, 1)
+    cancel(s, T0 + 12 * SEC, f"a@{slot}")
+    got = {c: (s.runs[f"{c}@{slot}"]["state"], s.runs[f"{c}@{slot}"].get("reason")) for c in ("h", "f", "ok")}
+    if running:
+        assert got == {"h": ("queued", None), "f": ("queued", None), "ok": ("skipped", "upstream_failed")}
+    else:
+        assert got == {c: ("skipped", "upstream_missed") for c in ("h", "f", "ok")}

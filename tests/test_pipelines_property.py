@@ -376,13 +376,14 @@ class Run:
 
     def rearms(self, cmd: dict, c: str) -> bool:
         """Whether ``cmd`` may take back child ``c``'s entries: a requeue of a dead run of an
-        ancestor's, or a completion or a cancel of an ancestor's run by hand with propagate."""
+        ancestor's, or a completion or a cancel of a running run of an ancestor's by hand with
+        propagate (a queued one cancelled never ran: withdrawn, it takes nothing back)."""
         s = self.s
         if cmd["op"] == "dlq_requeue":
             jobs = {s.runs[cmd["run"]]["job"]}
         elif cmd["op"] == "cancel_run":
             r = s.runs.get(cmd["run"])
-            jobs = {r["job"]} if r is not None and r.get("propagate") else set()
+            jobs = {r["job"]} if r is not None and r.get("propagate") and r["state"] == "failed" else set()
         elif cmd["op"] == "complete_many":
             ids = [row[0] for row in cmd["rows"]] if "rows" in cmd else [it["run"] for it in cmd["results"]]
             jobs = {r["job"] for rid in ids if (r := s.runs.get(rid)) is not None

@@ -340,7 +340,7 @@ def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed(
         exec_targets.STARTED[rid] = asyncio.Event()
         task = asyncio.create_task(env.worker.run())
         await asyncio.wait_for(exec_targets.STARTED[rid].wait(), 5)
-        res = await env.service.cancel_run(rid, None, by="tok1", reason="stuck on a lock")
+        res = await env.service.cancel_run(rid, None, reason="stuck on a lock")
         assert res["state"] == "failed" and res["was"] == "running" and res["worker"].startswith("node-1"), res
         await wait_until(lambda: any(r["kind"] == "cancelled" for r in exec_targets.RECORDED.get(rid, ())), 5,
                          "the worker to kill the cancelled run")
@@ -350,7 +350,7 @@ def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed(
         await asyncio.wait_for(exec_targets.STARTED[nxt].wait(), 5)  # the one slot runs the next run
         await stop(task)
         r = env.state.runs[rid]
-        assert (r["state"], r["error"]) == ("failed", "cancelled by request of token tok1: stuck on a lock"), r
+        assert (r["state"], r["error"]) == ("failed", "cancelled by request: stuck on a lock"), r
         assert len(r["attempts"]) == 1 and r["attempts"][0]["ok"] is False
     run(t())
 

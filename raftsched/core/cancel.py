@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import deadlines, limits, pipehooks
+from . import deadlines, limits, pipehooks, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
 from .events import LAST_SLOT, emit_for
 from .notify import health, of_backfill, older_than_last
@@ -44,23 +44,22 @@ if TYPE_CHECKING:  # pragma: no cover
 BECOMES = {"queued": "skipped", "running": "failed"}
 
 
-def why(by: str | None, reason: str | None) -> str:
-    """The error a cancelled run shows: who asked (the token's id), and why in their words."""
-    text = "cancelled by request" + (f" of token {by}" if by else "")
-    return f"{text}: {reason}" if reason else text
+def why(reason: str | None) -> str:
+    """The error a cancelled run shows: why, in the words of who asked. Not who asked: a token's
+    id is shown to its holder and to admins only (as a pause's ``by``), and a run is read by
+    every reader of its tenant; the node's audit log names the token (docs/security.md)."""
+    return f"cancelled by request: {reason}" if reason else "cancelled by request"
 
 
 def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``cancel_run {run, by?, reason?}``: end a queued or running run (module docstring).
-    ``by``: the token id that asked; ``reason``: why, in its words.
+    """``cancel_run {run, reason?}``: end a queued or running run (module docstring). ``reason``:
+    why, in the words of who asked.
 
     :raises InvalidCommand: a field of the wrong type. :raises NotFound: no run of that id.
     :raises Conflict: the run has ended, is dead, or is a heartbeat job's slot waiting."""
-    rid, by, reason = cmd.get("run"), cmd.get("by"), cmd.get("reason")
+    rid, reason = cmd.get("run"), cmd.get("reason")
     if not isinstance(rid, str) or not rid or len(rid) > limits.run_id_chars_max:
         raise InvalidCommand("cancel_run needs run")
-    if by is not None and not (isinstance(by, str) and len(by) <= limits.pause_by_chars_max):
-        raise InvalidCommand("cancel_run.by must be a token id or nil")
     if reason is not None and not (isinstance(reason, str) and 1 <= len(reason) <= limits.cancel_reason_chars_max):
         raise InvalidCommand(f"cancel_run.reason must be a string of 1-{limits.cancel_reason_chars_max} "
                              "characters or nil")
@@ -78,18 +77,18 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
     if state not in BECOMES:
         raise Conflict(f"run {rid!r} has ended ({state}): only a queued or running run can be cancelled",
                        field="run", state=state)
-    error = why(by, reason)
+    error = why(reason)
     backfill = of_backfill(run)
-    worker = run["worker"]  # (a running run's, named in the answer)
-    h = None if backfill else s.health.get(run["job"])
+    leased = rid in s._running_ids  # a worker's lease (a heartbeat run a ping started holds none)
     if state == "queued":
         unqueue_count(s, run)
         run.update(state="skipped", reason="cancelled", error=error, finished_at=now)
         s.stats.on_recorded("skipped", "cancelled")
-        if h is not None:  # (as a slot recorded: notify.on_slot_recorded)
+        h = None if backfill else s.health.get(run["job"])
+        if h is not None and not older_than_last(h, run["slot"]):  # (as a slot recorded: on_slot_recorded)
             h[LAST_SLOT] = [run["slot"], "skipped", "cancelled"]
     else:
-        if rid in s._running_ids:  # a worker's lease (a heartbeat run a ping started holds none)
+        if leased:
             deadlines.end_lease(s, run, now, False, error)
         run.update(state="failed", error=error, finished_at=now, deadline=None)
         s.stats.on_finished("failed")
@@ -97,14 +96,19 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
             h = health(s, run["job"])
             if not older_than_last(h, run["slot"]):
                 h[LAST_SLOT] = [run["slot"], "failed", error]
-    if s.sinks:
+    if s.sinks:  # told while its job is paused too (events._WHILE_PAUSED): someone asked for it
         emit_for(s, "run.cancelled", now, backfill, job=run["job"], tenant=run.get("tenant"), slot=run["slot"],
-                 run_id=rid, attempt=run["attempt"], reason=error, was=state, state=run["state"], by=by, note=reason)
+                 run_id=rid, attempt=run["attempt"], reason=error, was=state, state=run["state"])
     deadlines.on_finish(s, run, now)
-    if run["job"] in s.pipes.children:  # a final outcome: its children decide the slot
-        pipehooks.notify(s, run, now)
+    if run["job"] in s.pipes.children:
+        if state == "queued":
+            # It never ran: its children record the slot as for a backfill's run withdrawn (a
+            # child's earlier decision for the slot, a run by hand with propagate re-run, stays).
+            pipelines.withdrawn(s, run, now)
+        else:
+            pipehooks.notify(s, run, now)  # a final outcome, failed, as a revoked run's
     out = ok(run=rid, state=run["state"], was=state)
-    if state == "running":
-        out.update(worker=worker, token=run["fencing_token"])
+    if leased:
+        out.update(worker=run["worker"], token=run["fencing_token"])
     return out
 

@@ -401,11 +401,10 @@ def fencing_floor(now: int, rid: str | None, *, at_least: int) -> Command:
     return make("fencing_floor", now, rid, at_least=at_least)
 
 
-def cancel_run(now: int, rid: str | None, *, run: str, by: str | None = None, reason: str | None = None) -> Command:
-    """A queued or running run ended by request (core/cancel.py): ``by`` the token id that asked,
-    ``reason`` why in its words."""
-    extra = {k: v for k, v in (("by", by), ("reason", reason)) if v is not None}
-    return make("cancel_run", now, rid, run=run, **extra)
+def cancel_run(now: int, rid: str | None, *, run: str, reason: str | None = None) -> Command:
+    """A queued or running run ended by request (core/cancel.py), ``reason`` why in the words of
+    who asked."""
+    return make("cancel_run", now, rid, run=run, **({} if reason is None else {"reason": reason}))
 
 
 def member_url(now: int, *, addr: str, url: str) -> Command:

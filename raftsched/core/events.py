@@ -62,9 +62,10 @@ FIELDS = ("seq", "kind", "at", "job", "tenant", "slot", "run_id", "attempt", "re
 _BODY = FIELDS[:-2]
 #: Kinds about the cluster, sent to the sinks that subscribe to them.
 CLUSTER_KINDS = frozenset(("worker.lost", "cluster.leader_changed", "cluster.no_leader"))
-#: Kinds sent even while their job is paused: the pause and the resume, and the close of an
-#: incident (a manual run's success while paused closes it, and nothing would tell it later).
-_WHILE_PAUSED = frozenset(("job.paused", "job.resumed", "job.recovered"))
+#: Kinds sent even while their job is paused: the pause and the resume, the close of an
+#: incident (a manual run's success while paused closes it, and nothing would tell it later), and
+#: a run cancelled by request (a stuck run is often cancelled once its job is paused).
+_WHILE_PAUSED = frozenset(("job.paused", "job.resumed", "job.recovered", "run.cancelled"))
 #: A job's health record (core/notify.py keeps it): a list, these indexes. ``sent`` maps
 #: ``"<sink>|<kind>"`` to when a route last sent that kind (noise control), or is None.
 LAST_SUCCESS, LAST_FAILURE, CONSECUTIVE, LAST_SLOT, INCIDENT, SENT = range(6)

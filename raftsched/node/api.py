@@ -738,8 +738,7 @@ async def dlq_requeue(request: web.Request) -> web.Response:
 async def cancel_run(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     reason = validate_cancel(await optional_json_body(request))
-    return json_response(await svc.cancel_run(request.match_info["run"], rid(request), by=_principal_id(request),
-                                              reason=reason))
+    return json_response(await svc.cancel_run(request.match_info["run"], rid(request), reason=reason))
 
 
 async def dlq_delete(request: web.Request) -> web.Response:

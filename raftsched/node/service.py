@@ -964,19 +964,19 @@ class Service:
         return self._out(res, {"run": run_id, "deleted": True})
 
     # ------------------------------------------------------------------ a run cancelled
-    async def cancel_run(self, run_id: str, rid: str | None, by: str | None = None,
-                         reason: str | None = None) -> dict:
+    async def cancel_run(self, run_id: str, rid: str | None, reason: str | None = None) -> dict:
         """``POST /v1/runs/{id}/cancel``: end a queued run (recorded skipped, reason
         ``cancelled``) or a running one (failed; its lease ends, so its worker stops it at its
-        next heartbeat): core/cancel.py. ``by``: the token id that asked; ``reason``: why.
+        next heartbeat): core/cancel.py. ``reason``: why, in the words of who asked (the audit
+        log names the token).
 
         :raises NotFound: no such run. :raises Conflict: it ended already (``state``), is dead,
             or is a heartbeat job's slot waiting for its ping."""
         model.check_run_id(run_id)
         res = await self.propose(commands.cancel_run(self.clock.now_ms(), rid or new_request_id(), run=run_id,
-                                                     by=by, reason=reason))
+                                                     reason=reason))
         out = {"run": run_id, "state": res["state"], "was": res["was"]}
-        if res["was"] == "running":
+        if "token" in res:  # a worker's lease ended (a heartbeat job's run a ping started holds none)
             out.update(worker=res["worker"], token=res["token"])
         return self._out(res, out)
 
