@@ -50,7 +50,8 @@ EVERY = 10 * SEC
 NOTIFY = [{"sink": "ops", "on": ["slot.missed"]}]
 SINK = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook", "secrets": {"signing_key": "k"},
                              "retry": {"max_attempts": 1}})
-DEADLINES = [{"succeed_within_s": 30}, {"start_within_s": 15, "succeed_within_s": 45}]
+DEADLINES = [{"succeed_within_s": 30}, {"start_within_s": 15, "succeed_within_s": 45},
+             {"start_within_s": 12, "late_start": "skip"}]
 
 
 @st.composite
@@ -403,6 +404,8 @@ class Run:
         s = self.s
         edges = s.jobs[c]["spec"]["after"]
         if x["kind"] == "recorded":
+            if x.get("reason") == "late_start":  # (its parents decided it after its start deadline)
+                self.seen.add("late_start")
             got = x.get("upstream")
             if x.get("reason") in UPSTREAM and got is not None:
                 bad = [e for e in edges if (v := got.get(e["job"])) and not satisfies(v[0], e["on"])]
@@ -596,6 +599,16 @@ def test_the_new_actions_reach_what_they_are_for():
                         ("tick", 10), ("cancel", 0), ("work", [True])])
     assert {"ran", "rearmed", "taken_back", "by_hand", "edges_add", "edges_drop", "edges_on",
             "upstream_failed", "cancelled"} <= r.seen, r.seen
+
+
+def test_a_child_decided_after_its_start_deadline_is_recorded_late_start_and_the_checks_hold():
+    """deadline.late_start: skip on a child whose parent ends after the child's start_within_s:
+    the slot is recorded late_start (no run), and every check of the property holds."""
+    ev = {"every_s": 10, "misfire": {"policy": "fire_all", "grace_s": 0}, "notify": NOTIFY}
+    dag = [("j0", job_raw(**ev)), ("j1", job_raw(after=[{"job": "j0", "on": "success"}], notify=NOTIFY,
+                                                 deadline=DEADLINES[2]))]
+    r = check_dag(dag, [("tick", 10), ("tick", 35), ("work", [True]), ("work", [True])])
+    assert "late_start" in r.seen, r.seen
 
 
 def test_a_deferred_range_is_recorded_around_the_slots_the_child_decided_meanwhile():

@@ -34,7 +34,7 @@ from .errors import Conflict, InvalidCommand, NotFound
 from .events import LAST_SLOT, emit_for
 from .notify import health, of_backfill, older_than_last
 from .queues import unqueue_count
-from .records import Result, ok
+from .records import Record, Result, ok
 
 if TYPE_CHECKING:  # pragma: no cover
     from .commands import Command
@@ -112,3 +112,26 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
         out.update(worker=run["worker"], token=run["fencing_token"])
     return out
 
+
+
+def withdraw_late(s: SchedulerState, run: Record, now: int) -> None:
+    """A queued run whose ``start_within_s`` passed, of a job with ``deadline.late_start: skip``
+    (deadlines.judge, the leader's sweep, in the apply that judges it missed): it does not start
+    late. Its slot is recorded ``skipped``, reason ``late_start``; the deadline's ``deadline.missed``
+    event says ``withdrawn`` (no ``slot.missed`` as well: one miss, told once); its children decide
+    the slot as for any slot recorded skipped."""
+    d = s.jobs[run["job"]]["spec"]["deadline"]
+    unqueue_count(s, run)
+    run.update(state="skipped", reason="late_start", finished_at=now,
+               error=f"not started within start_within_s ({d['start_within_s']} s of its slot), and the job's "
+                     "deadline.late_start is skip")
+    s.stats.on_recorded("skipped", "late_start")
+    h = None if of_backfill(run) else s.health.get(run["job"])
+    if h is not None and not older_than_last(h, run["slot"]):
+        h[LAST_SLOT] = [run["slot"], "skipped", "late_start"]
+    deadlines.on_finish(s, run, now)
+    if run["job"] in s.pipes.children:
+        pipelines.withdrawn(s, run, now)
+
+
+deadlines.withdraw_late = withdraw_late

@@ -46,6 +46,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: The fields of a job's ``deadline``.
 FIELDS = ("start_within_s", "succeed_within_s", "succeed_by", "max_since_success_s")
+#: What a slot whose run has not started by its ``start_within_s`` becomes (``late_start``): it
+#: runs when a worker takes it (``run``, the default), or it is withdrawn (``skip``: recorded
+#: skipped, reason ``late_start``), as Celery's ``expires`` drops a task that waited too long.
+LATE_START = ("run", "skip")
+#: Every key a ``deadline`` may hold.
+KEYS = (*FIELDS, "late_start")
 #: A slot record's deadlines, in the order of its instants.
 WHICH = ("start_within_s", "succeed_within_s", "succeed_by")
 OUTCOMES = ("pending", "met", "late", "missed")
@@ -63,9 +69,9 @@ def validate(raw: object) -> Record:
         raise InvalidSpec("must be an object with start_within_s, succeed_within_s, succeed_by or "
                           "max_since_success_s", field="deadline")
     for k in raw:
-        if k not in FIELDS:
-            raise InvalidSpec(f"unknown field; allowed: {', '.join(FIELDS)}", field=f"deadline.{k}")
-    if not raw:
+        if k not in KEYS:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(KEYS)}", field=f"deadline.{k}")
+    if not any(k in raw for k in FIELDS):
         raise InvalidSpec("must name at least one of " + ", ".join(FIELDS), field="deadline")
     out: Record = {}
     for k in ("start_within_s", "succeed_within_s", "max_since_success_s"):
@@ -83,7 +89,31 @@ def validate(raw: object) -> Record:
     if "start_within_s" in out and "succeed_within_s" in out and out["start_within_s"] > out["succeed_within_s"]:
         raise InvalidSpec("must not be longer than succeed_within_s (a run cannot succeed before it starts)",
                           field="deadline.start_within_s")
+    if "late_start" in raw:
+        v = raw["late_start"]
+        if v not in LATE_START:
+            raise InvalidSpec(f"must be one of {', '.join(LATE_START)}", field="deadline.late_start")
+        if "start_within_s" not in out:
+            raise InvalidSpec("needs start_within_s: the time a run must start by, or be withdrawn",
+                              field="deadline.late_start")
+        out["late_start"] = v
     return out
+
+
+def skips_late(spec: Record) -> bool:
+    """Whether a job's runs not started by their ``start_within_s`` are withdrawn."""
+    d = spec.get("deadline")
+    return d is not None and d.get("late_start") == "skip"
+
+
+def _unbound_late(*args: Any) -> Any:
+    raise RuntimeError("core.cancel is not imported: import raftsched.core.state")
+
+
+#: cancel.withdraw_late(state, run, now): a queued run whose ``start_within_s`` passed under
+#: ``late_start: skip`` is withdrawn. Bound by core/cancel.py when it is imported (state.py imports
+#: it), which imports this module: an import from here would be a cycle.
+withdraw_late: Callable[..., None] = _unbound_late
 
 
 def _local_instant(wall: datetime, tz: str, dst: dict[str, str] | None) -> int:
@@ -271,11 +301,13 @@ def _unopen(book: Book, job: str, rid: str) -> None:
         del book.open[job]
 
 
-def _emit(s: SchedulerState, r: Record, rid: str, now: int, attempt: int | None = None) -> None:
+def _emit(s: SchedulerState, r: Record, rid: str, now: int, attempt: int | None = None,
+          withdrawn: bool = False) -> None:
     kind = "deadline.late" if r["state"] == "late" else "deadline.missed"
     s.stats.on_deadline(r["state"], r["which"], r["cause"])  # the metrics' count (stats.py)
+    extra = {"withdrawn": True} if withdrawn else {}  # (late_start: skip: its run will not start)
     events.emit(s, kind, now, job=r["job"], tenant=r["tenant"], slot=r["slot"], run_id=rid, attempt=attempt,
-                reason=r["cause"], deadline=r["which"], instant=r["at"], cause=r["cause"])
+                reason=r["cause"], deadline=r["which"], instant=r["at"], cause=r["cause"], **extra)
 
 
 def _track(s: SchedulerState, job: Record, slot: int, at: list[Any], now: int) -> Record | None:
@@ -313,16 +345,17 @@ def _first(r: Record) -> tuple[int | None, str | None]:
 
 
 def _miss(s: SchedulerState, book: Book, rid: str, r: Record, now: int, first: tuple[int | None, str | None],
-          cause: str, at: int | None, final: bool = True) -> None:
+          cause: str, at: int | None, final: bool = True, withdrawn: bool = False) -> None:
     """Judge ``r`` missed: ``first`` is (instant, which deadline), ``at`` the instant to report
-    (None: the deadline's own, also for a miss judged before it, a dead run's)."""
+    (None: the deadline's own, also for a miss judged before it, a dead run's). ``withdrawn``:
+    its run is withdrawn by the same apply (``late_start: skip``), which the event says."""
     r["state"] = "missed"
     r["which"] = first[1]
     r["at"] = at if at is not None else first[0]
     r["cause"] = cause
     r["done_at"] = now
     run = s.runs.get(rid)
-    _emit(s, r, rid, now, None if run is None else run.get("attempt"))
+    _emit(s, r, rid, now, None if run is None else run.get("attempt"), withdrawn)
     if final:
         _finalise(s, book, rid, r)
 
@@ -610,7 +643,11 @@ def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:
         if w == "start_within_s":
             started = _first_start(run)
             if run["state"] in ("queued", "waiting") and not run.get("attempts") and run.get("started_at") is None:
-                _miss(s, book, rid, r, now, (t, w), _cause(s, run), t, final=False)
+                job = s.jobs.get(run["job"])
+                late = run["state"] == "queued" and job is not None and skips_late(job["spec"])
+                _miss(s, book, rid, r, now, (t, w), _cause(s, run), t, final=False, withdrawn=late)
+                if late:  # (late_start: skip) it does not start late: recorded skipped, which finalises r
+                    withdraw_late(s, run, now)
                 return True
             if started is not None and started > t:
                 _miss(s, book, rid, r, now, (t, w), "never_started", t, final=False)

@@ -22,7 +22,7 @@ import msgpack
 
 from . import limits, schedule
 from .pipeline_model import validate_after
-from .deadlines import FIELDS as DEADLINE_FIELDS, validate as validate_deadline
+from .deadlines import KEYS as DEADLINE_KEYS, validate as validate_deadline
 from .errors import InvalidSpec
 from .notify_model import ROUTE_FIELDS, add_job_fields
 from .placement import validate_worker_labels
@@ -544,7 +544,7 @@ _NULLABLE: dict[str, frozenset[str]] = {
     "retry": frozenset({"max_attempts", "backoff_s", "backoff_multiplier", "backoff_max_s", "jitter"}),
     "overlap": frozenset({"policy", "max_concurrent"}),
     "placement": frozenset({"labels"}),
-    "deadline": frozenset(DEADLINE_FIELDS),
+    "deadline": frozenset(DEADLINE_KEYS),
     "pause_on_failure": frozenset({"after_consecutive"}),
     "after": frozenset({"job", "on"}),
     "notify": ROUTE_FIELDS,
@@ -671,6 +671,9 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
         if "after" in spec:
             raise InvalidSpec("a heartbeat job's runs are what pings report: it cannot run after other jobs",
                               field="after")
+        if spec.get("deadline", {}).get("late_start") == "skip":
+            raise InvalidSpec("a heartbeat job's slots wait for a ping, not a worker: nothing is withdrawn "
+                              "(leave late_start out)", field="deadline.late_start")
     add_job_fields(raw, spec)  # notify, pause_on_failure, metrics (core/notify_model.py)
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from . import limits, policy, schedule
+from . import deadlines, limits, policy, schedule
 from .records import Record
 
 
@@ -141,6 +141,8 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
         })
     nxt = plan["next"] if plan else schedule.next_slot_after(sched, max(down_to_ms, cursor), anchor_ms)
     overlap = _overlap(spec, runs, name)
+    if deadlines.skips_late(spec):
+        _late_start(spec, fired_ahead + runs, down_to_ms)
     return {
         "down_from": schedule.iso(down_from_ms), "down_to": schedule.iso(down_to_ms),
         "policy": m["policy"], "grace_s": m["grace_s"], "max_catchup": m["max_catchup"],
@@ -150,6 +152,18 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
         "slots_due_exact": all(r["count"] is not None for r in recorded),
         "next_slot": schedule.iso(nxt),
     }
+
+
+def _late_start(spec: Record, items: list[dict[str, Any]], down_to_ms: int) -> None:
+    """``deadline.late_start: skip``: a run whose ``start_within_s`` has passed when a leader is
+    back at ``down_to`` is withdrawn by the leader's first sweep (recorded skipped, reason
+    ``late_start``), before a worker can start it: ``withdrawn`` True and its ``why`` says so."""
+    within_ms = spec["deadline"]["start_within_s"] * 1000
+    for it in items:
+        if down_to_ms > it["slot_ms"] + within_ms:
+            it["withdrawn"] = True
+            it["why"] += (f"; then withdrawn: its start_within_s ({within_ms // 1000} s) has passed when a leader "
+                          "is back (deadline.late_start: skip), so it never starts")
 
 
 #: What explain's overlap outcomes assume: nothing of the job's from before the outage is active.
