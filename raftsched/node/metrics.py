@@ -218,7 +218,7 @@ class _ApplyCollector:
         st = self.raft.read(queries.apply_stats)
         rec = CounterMetricFamily("raftsched_slots_recorded", "slots that did not become runs, by state (skipped, "
                                   "coalesced) and reason (misfire, catchup_limit, overlap, queue_full, paused, policy, "
-                                  "cancelled, not_pinged, heartbeat_job), as this replica applied them", labels=["state", "reason"])
+                                  "cancelled, late_start, not_pinged, heartbeat_job), as this replica applied them", labels=["state", "reason"])
         # (from the first scrape, at 0: the series SlotsMissed reads, as below for the runs)
         for (state, reason), n in sorted((dict.fromkeys(RECORDED_ALERTED, 0) | st["recorded"]).items()):
             rec.add_metric([state, reason], n)

@@ -201,9 +201,11 @@ def _job_spec() -> Schema:
                           "succeed_within_s": _int(1, limits.deadline_s_max),
                           "succeed_by": _str(5, 5, r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
                                              description="a local time HH:MM in the job's time zone"),
-                          "max_since_success_s": _int(1, limits.deadline_s_max)}, minProperties=1,
+                          "max_since_success_s": _int(1, limits.deadline_s_max),
+                          "late_start": {"enum": list(deadlines.LATE_START)}}, minProperties=1,
                          description="when each slot must be done (docs/notifications.md, Deadlines); "
-                                     "a job with after takes max_since_success_s only"),
+                                     "late_start skip: a run not started by start_within_s is withdrawn "
+                                     "(recorded skipped, reason late_start), where run (the default) lets it start late"),
         "after": {"type": "array", "minItems": 1, "maxItems": limits.after_parents_max,
                   "items": {"anyOf": [_name(limits.job_name_chars_max),
                                       _obj({"job": _name(limits.job_name_chars_max), "on": {"enum": list(ON_VALUES)}},
