@@ -33,8 +33,10 @@ OVERLAPS = (None, None, None, {"policy": "allow"}, {"policy": "allow"}, {"policy
 EXECUTORS = (None, None, {"type": "shell", "argv": ["true"]}, {"type": "http", "url": "https://example.com/hook"})
 
 #: Mostly none; a deadline makes the fire carry its slots' items (``dl``), which the runs a full
-#: drop_oldest queue drops in the same fire must reach on both paths.
-DEADLINES = (None, None, None, {"start_within_s": 1}, {"succeed_within_s": 3})
+#: drop_oldest queue drops in the same fire must reach on both paths; late_start skip records a
+#: slot fired past its start_within_s (a tick of 2 s or more), on both paths alike.
+DEADLINES = (None, None, None, {"start_within_s": 1}, {"succeed_within_s": 3},
+             {"start_within_s": 1, "late_start": "skip"})
 
 #: Mostly none; a placement the labelled workers below satisfy, or one none does (acquire's
 #: fast path reads a placement once a command).

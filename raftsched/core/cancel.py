@@ -114,21 +114,24 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 
-def withdraw_late(s: SchedulerState, run: Record, now: int) -> None:
+def withdraw_late(s: SchedulerState, run: Record, now: int, tell: bool = False) -> None:
     """A queued run whose ``start_within_s`` passed, of a job with ``deadline.late_start: skip``
     (deadlines.judge, the leader's sweep, in the apply that judges it missed): it does not start
     late. Its slot is recorded ``skipped``, reason ``late_start``; the deadline's ``deadline.missed``
-    event says ``withdrawn`` (no ``slot.missed`` as well: one miss, told once); its children decide
-    the slot as for any slot recorded skipped."""
-    d = s.jobs[run["job"]]["spec"]["deadline"]
+    event says ``withdrawn`` (no ``slot.missed`` as well: one miss, told once), unless ``tell``
+    (the record was judged missed by an earlier deadline, told then without it: ``slot.missed``
+    now); its children decide the slot as for any slot recorded skipped."""
+    within_ms = deadlines.late_skip_ms(s.jobs[run["job"]]["spec"]) or 0
+    backfill = of_backfill(run)
     unqueue_count(s, run)
-    run.update(state="skipped", reason="late_start", finished_at=now,
-               error=f"not started within start_within_s ({d['start_within_s']} s of its slot), and the job's "
-                     "deadline.late_start is skip")
+    run.update(state="skipped", reason="late_start", finished_at=now, error=deadlines.late_error(within_ms))
     s.stats.on_recorded("skipped", "late_start")
-    h = None if of_backfill(run) else s.health.get(run["job"])
+    h = None if backfill else s.health.get(run["job"])
     if h is not None and not older_than_last(h, run["slot"]):
         h[LAST_SLOT] = [run["slot"], "skipped", "late_start"]
+    if tell and s.sinks:
+        emit_for(s, "slot.missed", now, backfill, job=run["job"], slot=run["slot"], run_id=run["id"],
+                 reason="late_start", state="skipped", error=run["error"])
     deadlines.on_finish(s, run, now)
     if run["job"] in s.pipes.children:
         pipelines.withdrawn(s, run, now)

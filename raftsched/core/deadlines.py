@@ -106,6 +106,24 @@ def skips_late(spec: Record) -> bool:
     return d is not None and d.get("late_start") == "skip"
 
 
+def late_skip_ms(spec: Record) -> int | None:
+    """A job with ``late_start: skip``: its ``start_within_s`` in ms (a slot whose run has not
+    started that long after it never starts); else None. A slot the trigger fires that late (an
+    outage's catch-up) is recorded at the fire (core/fire.py), a pipeline child's slot its parents
+    decide that late likewise (core/pipelines.py), a run still queued at that instant is withdrawn
+    by the sweep that judges it (:func:`judge`): the same instant, whether or not the slot has a
+    deadline record (a fire tracks the newest of a long catch-up only: :func:`fire_items`)."""
+    d = spec.get("deadline")
+    if d is None or d.get("late_start") != "skip" or not is_int(d.get("start_within_s")):
+        return None
+    return int(d["start_within_s"]) * 1000
+
+
+def late_error(within_ms: int, what: str = "not started") -> str:
+    """The error of a slot a ``late_start: skip`` recorded or withdrew."""
+    return f"{what} within start_within_s ({within_ms // 1000} s of its slot), and the job's deadline.late_start is skip"
+
+
 def _unbound_late(*args: Any) -> Any:
     raise RuntimeError("core.cancel is not imported: import raftsched.core.state")
 
@@ -622,8 +640,10 @@ def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:
     """Judge the instants of record ``rid`` that passed by ``now``. :returns: whether an
     outcome was committed."""
     r = book.slots.get(rid)
-    if r is None or r["fin"] or r["state"] != "pending":
+    if r is None or r["fin"]:
         return False
+    if r["state"] != "pending":
+        return _late_after_miss(s, r, rid, now)
     run = s.runs.get(rid)
     passed = [(t, w) for t, w in zip((r["start"], r["within"], r["by"]), WHICH)
               if t is not None and r["judged"] < t <= now]
@@ -661,6 +681,24 @@ def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:
     return False
 
 
+def _late_after_miss(s: SchedulerState, r: Record, rid: str, now: int) -> bool:
+    """A record judged missed by an instant before its start instant (a ``succeed_by`` earlier
+    than ``start_within_s``), still open: at its start instant, a run still queued and never
+    started is withdrawn all the same under ``late_start: skip`` (told as ``slot.missed``: its
+    ``deadline.missed`` said the other deadline). :returns: whether it was."""
+    t = r["start"]
+    if t is None or not r["judged"] < t <= now:
+        return False
+    r["judged"] = max(r["judged"], now)
+    run = s.runs.get(rid)
+    job = s.jobs.get(r["job"])
+    if run is None or job is None or not skips_late(job["spec"]) or run["state"] != "queued" \
+            or run.get("attempts") or run.get("started_at") is not None:
+        return False
+    withdraw_late(s, run, now, tell=True)
+    return True
+
+
 def _cause_at(s: SchedulerState, run: Record, t: int) -> str:
     """Why a slot's run had not succeeded at its deadline ``t``, judged at a sweep that may come
     long after (the first after a leader's outage): a run whose first attempt started after
@@ -684,9 +722,12 @@ def due(s: SchedulerState, now: int, limit: int) -> tuple[list[str], list[str]]:
     seen: set[str] = set()
     heap = book._heap
     while heap and heap[0][0] <= now and len(out) < limit:
-        _t, rid = heapq.heappop(heap)
+        t, rid = heapq.heappop(heap)
         r = book.slots.get(rid)
-        if r is None or r["state"] != "pending" or rid in seen:
+        if r is None or rid in seen or (r["state"] != "pending" and not (
+                not r["fin"] and t == r["start"] and r["judged"] < t)):
+            # (a record missed by an earlier instant, still open, comes back at its start instant:
+            # judge's late_start withdrawal, _late_after_miss)
             continue
         seen.add(rid)
         out.append(rid)
@@ -1052,13 +1093,16 @@ def _parents_said(s: SchedulerState, job: str, rid: str, slot: int,
     """What a pipeline child's slot, missed with cause ``upstream``, holds now: ``"decided:REASON"``
     (its parents' outcome recorded it: the slot's record, or a recorded range of the child's
     history that covers it), ``"ran"`` (a run of its own came after the miss: the parents had
-    not decided it then, and let it run since), or ``"undecided"`` (none of these: its parents
+    not decided it then, and let it run since), ``"late"`` (they decided it after its start
+    deadline, which ``late_start: skip`` recorded: no run), or ``"undecided"`` (none of these: its parents
     have not decided it yet). A read; O(the child's history) for the first slot of a job without
     a run, its ranges kept in ``ranges`` (job -> [(lo, hi, reason)]) for the others of a listing."""
     run = s.runs.get(rid)
     if run is not None:
         if run.get("reason") in _UPSTREAM_REASONS:
             return f"decided:{run['reason']}"
+        if run.get("reason") == "late_start":
+            return "late"
         return "ran"
     got = ranges.get(job)
     if got is None:
@@ -1084,6 +1128,9 @@ def _upstream_text(parents: str | None) -> str:
     if parents == "ran":
         return ("its parents had not decided the slot yet when the instant passed (they let it run "
                 "afterwards)")
+    if parents == "late":
+        return ("its parents had not decided the slot yet when the instant passed, and decided it after its "
+                "start deadline: recorded skipped, late_start (deadline.late_start: skip), it never ran")
     return ("either its parents decided it would not run (its slot recorded upstream_* or dependency_missing), "
             "or they had not decided the slot yet when the instant passed (a parent still running or retrying)")
 

@@ -105,8 +105,11 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         spec = job["spec"]
         ov = spec.get("overlap")
         heartbeat = spec["executor"]["type"] == "heartbeat"
+        # deadline.late_start: skip: a slot fired past its start_within_s is recorded, not run
+        late_ms = deadlines.late_skip_ms(spec) if "deadline" in spec else None
         if fast and runs and not rec and not heartbeat and "after" not in spec and (
-                ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
+                ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)) and (
+                late_ms is None or runs[0] + late_ms > now):
             # The common case, inline: slots that all become runs (no records), an overlap
             # policy that reads no other run (policy.fires_ahead, so overlap() creates them),
             # room in its queue for all of them or a queue that drops its oldest run for each.
@@ -242,6 +245,21 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 if "after" in spec:  # gated (pipelines): the slot waits for its parents
                     pipehooks.own_slot(s, job, slot, now)
                     fired += 1
+                    continue
+                if late_ms is not None and slot + late_ms <= now:
+                    # Its run could only start past its start deadline (an outage's catch-up):
+                    # recorded, as the sweep would withdraw it, and before the overlap policy (no
+                    # run is made, so none is revoked or counted).
+                    entry = add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": "skipped",
+                                               "reason": "late_start", "kind": "recorded", "fired_at": now,
+                                               "error": deadlines.late_error(late_ms, "fired too late to start")})
+                    if dl:
+                        made[rid] = entry
+                    on_slot_recorded(s, entry, now)
+                    job["stats"][RECORDED] += 1
+                    recorded += 1
+                    if name in s.pipes.children:
+                        pipehooks.notify(s, entry, now)
                     continue
                 blocked = overlap(s, job, rid, now)
                 if blocked is not None:

@@ -920,20 +920,18 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
         deadlines.on_finish(s, entry, now)
         _cascade(s, entry, now, work)
         return None
-    if bf is None and deadlines.skips_late(child["spec"]):
-        dl = s.deadlines.slots.get(rid)
-        if dl is not None and dl["start"] is not None and dl["start"] <= now:
-            # Its parents decided the slot after its start deadline (judged missed then, cause
-            # upstream), and the job's late_start is skip: no run starts that late.
-            entry = fire.add_entry(s, child, {
-                "id": rid, "job": c, "slot": slot, "state": "skipped", "reason": "late_start", "kind": "recorded",
-                "fired_at": now, "error": f"its parents decided the slot after its start_within_s "
-                                          f"({child['spec']['deadline']['start_within_s']} s), and the job's "
-                                          "deadline.late_start is skip"})
-            on_slot_recorded(s, entry, now)
-            deadlines.on_finish(s, entry, now)
-            _cascade(s, entry, now, work)
-            return None
+    late_ms = deadlines.late_skip_ms(child["spec"]) if bf is None and "deadline" in child["spec"] else None
+    if late_ms is not None and slot + late_ms <= now:
+        # Its parents decided the slot after its start deadline (a parent late, or re-run: a dead
+        # run requeued, a run by hand with propagate), and the job's late_start is skip: no run
+        # starts that late (a run by hand of the child's slot, or a backfill, runs it).
+        entry = fire.add_entry(s, child, {
+            "id": rid, "job": c, "slot": slot, "state": "skipped", "reason": "late_start", "kind": "recorded",
+            "fired_at": now, "error": deadlines.late_error(late_ms, "its parents decided the slot too late to start")})
+        on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)
+        _cascade(s, entry, now, work)
+        return None
     blocked = fire.overlap(s, child, rid, now)
     if blocked is not None:
         entry = fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",

@@ -140,9 +140,11 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
             "why": why,
         })
     nxt = plan["next"] if plan else schedule.next_slot_after(sched, max(down_to_ms, cursor), anchor_ms)
-    overlap = _overlap(spec, runs, name)
     if deadlines.skips_late(spec):
-        _late_start(spec, fired_ahead + runs, down_to_ms)
+        _late_start(spec, fired_ahead, runs, down_to_ms)
+    overlap = _overlap(spec, [r for r in runs if not r.get("withdrawn")], name)
+    for r in runs:
+        r.setdefault("overlap", None)
     return {
         "down_from": schedule.iso(down_from_ms), "down_to": schedule.iso(down_to_ms),
         "policy": m["policy"], "grace_s": m["grace_s"], "max_catchup": m["max_catchup"],
@@ -154,16 +156,23 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
     }
 
 
-def _late_start(spec: Record, items: list[dict[str, Any]], down_to_ms: int) -> None:
-    """``deadline.late_start: skip``: a run whose ``start_within_s`` has passed when a leader is
-    back at ``down_to`` is withdrawn by the leader's first sweep (recorded skipped, reason
-    ``late_start``), before a worker can start it: ``withdrawn`` True and its ``why`` says so."""
+def _late_start(spec: Record, fired_ahead: list[dict[str, Any]], runs: list[dict[str, Any]], down_to_ms: int) -> None:
+    """``deadline.late_start: skip``: a slot whose ``start_within_s`` has passed when a leader is
+    back at ``down_to`` never starts. A slot the misfire policy runs is recorded skipped (reason
+    ``late_start``) by that fire (core/fire.py), before its overlap policy; a run fired ahead
+    before the outage is withdrawn by the leader's first sweep (core/cancel.py withdraw_late).
+    Each gets ``withdrawn`` True and its ``why`` says so; a run of ``runs`` recorded so makes no
+    other run's overlap (``overlap`` is then None for it, and ``overlap.runs`` does not count it)."""
     within_ms = spec["deadline"]["start_within_s"] * 1000
-    for it in items:
-        if down_to_ms > it["slot_ms"] + within_ms:
+    said = f"its start_within_s ({within_ms // 1000} s) has passed when a leader is back (deadline.late_start: skip)"
+    for it in fired_ahead:
+        if it["slot_ms"] + within_ms <= down_to_ms:
             it["withdrawn"] = True
-            it["why"] += (f"; then withdrawn: its start_within_s ({within_ms // 1000} s) has passed when a leader "
-                          "is back (deadline.late_start: skip), so it never starts")
+            it["why"] += f"; then withdrawn by the leader's first sweep: {said}, so it never starts"
+    for it in runs:
+        if it["slot_ms"] + within_ms <= down_to_ms:
+            it["withdrawn"] = True
+            it["why"] += f"; recorded skipped (late_start) by that fire instead: {said}"
 
 
 #: What explain's overlap outcomes assume: nothing of the job's from before the outage is active.
