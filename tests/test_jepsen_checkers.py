@@ -779,6 +779,20 @@ def test_a_lease_expiring_while_its_worker_was_healthy_is_invalid():
     assert v == "invalid" and "expired" in ex[0] and "+6000 ms on node-1" in ex[0]
 
 
+def test_a_nodes_own_workers_lease_expiry_is_excused_by_a_fault_that_takes_the_leader_or_a_majority():
+    """Seed 4697: a power cut of two nodes of three left the third, its worker healthy, without a
+    leader for 4 s: no heartbeat could commit, and its leases expired. A fault of one other node
+    that is not the leader still excuses nothing."""
+    d = good()
+    pause = next(f for f in d["faults"] if f["kind"] == "pause")  # (of node-2, the faulted run's worker's)
+    d["faults"] = [dict(pause, kind="power", nodes=[0, 2], fault={"kind": "power", "target": "majority"})]
+    assert verdict(d, "retries")[0] == "valid"
+    d["faults"] = [dict(pause, kind="kill", nodes=[0], fault={"kind": "kill", "target": "leader"})]
+    assert verdict(d, "retries")[0] == "valid"
+    d["faults"] = [dict(pause, kind="kill", nodes=[0], fault={"kind": "kill", "target": "follower"})]
+    assert verdict(d, "retries")[0] == "invalid"
+
+
 def test_a_lease_expiring_on_a_node_a_membership_fault_removed_or_cut_off_is_excused():
     """A membership fault kills, cuts off or removes (and stops) the nodes it names: their
     workers' leases expire, as under a kill; a node it does not name is judged as ever."""
