@@ -211,3 +211,24 @@ def test_a_childs_slot_re_armed_past_its_start_deadline_is_recorded_late_start()
         {"run": g2["id"], "token": g2["token"], "success": True}]))
     b = s.runs[f"b@{slot}"]
     assert (b["state"], b["reason"]) == ("skipped", "late_start") and "too late" in b["error"], b
+
+
+def test_without_late_start_skip_a_missed_records_start_instant_changes_nothing():
+    # A node of the older code judges nothing more of a record once it is missed: the new code
+    # must not either, for a job without late_start skip (its replicas would differ).
+    from raftsched.core import deadlines, schedule
+    from core_helpers import snap_obj
+    s = new_state()
+    slot = schedule.next_slot_after({"every_s": 10}, T0, T0)
+    hhmm = schedule.iso(slot + 60 * SEC)[11:16]
+    apply(s, put_cmd(s, "j", spec({"every_s": 10}, {"start_within_s": 3600, "succeed_within_s": 7200,
+                                                     "succeed_by": hhmm}), T0))
+    tick(s, slot)
+    tick(s, slot + 120 * SEC)
+    rid = f"j@{slot}"
+    assert rec(s, rid)["deadline"] == "succeed_by"
+    rids, _ = deadlines.due(s, slot + 3600 * SEC, 1000)
+    assert rid not in rids
+    before = snap_obj(s, ("applied", "now_ms"))
+    apply(s, commands.deadline_judge(slot + 3600 * SEC, runs=[rid], jobs=[]))  # (a hand-made sweep naming it)
+    assert snap_obj(s, ("applied", "now_ms")) == before

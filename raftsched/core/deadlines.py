@@ -687,13 +687,12 @@ def _late_after_miss(s: SchedulerState, r: Record, rid: str, now: int) -> bool:
     started is withdrawn all the same under ``late_start: skip`` (told as ``slot.missed``: its
     ``deadline.missed`` said the other deadline). :returns: whether it was."""
     t = r["start"]
-    if t is None or not r["judged"] < t <= now:
-        return False
+    job = s.jobs.get(r["job"])
+    if t is None or not r["judged"] < t <= now or job is None or not skips_late(job["spec"]):
+        return False  # (changing nothing: a job without late_start skip is judged as ever)
     r["judged"] = max(r["judged"], now)
     run = s.runs.get(rid)
-    job = s.jobs.get(r["job"])
-    if run is None or job is None or not skips_late(job["spec"]) or run["state"] != "queued" \
-            or run.get("attempts") or run.get("started_at") is not None:
+    if run is None or run["state"] != "queued" or run.get("attempts") or run.get("started_at") is not None:
         return False
     withdraw_late(s, run, now, tell=True)
     return True
@@ -725,9 +724,10 @@ def due(s: SchedulerState, now: int, limit: int) -> tuple[list[str], list[str]]:
         t, rid = heapq.heappop(heap)
         r = book.slots.get(rid)
         if r is None or rid in seen or (r["state"] != "pending" and not (
-                not r["fin"] and t == r["start"] and r["judged"] < t)):
-            # (a record missed by an earlier instant, still open, comes back at its start instant:
-            # judge's late_start withdrawal, _late_after_miss)
+                not r["fin"] and t == r["start"] and r["judged"] < t and (job := s.jobs.get(r["job"])) is not None
+                and skips_late(job["spec"]))):
+            # (a record missed by an earlier instant, still open, comes back at its start instant
+            # when its job withdraws late runs: judge's _late_after_miss)
             continue
         seen.add(rid)
         out.append(rid)
