@@ -87,30 +87,25 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return d
 
 
+def _words(body: object, field: str, n: int) -> str | None:
+    """An optional body ``{field: text}`` -> its text (None: none given): why, in the operator's
+    words, 1-``n`` characters with no control character. :raises InvalidSpec:"""
+    text = check_body(body, {field}, empty_ok=True).get(field)
+    if text is not None and (not isinstance(text, str) or not 1 <= len(text) <= n):
+        raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field=field)
+    if text is not None and any(ord(c) < 32 or c == "\x7f" for c in text):
+        raise InvalidSpec("holds a control character such as NUL, CR or LF", field=field)
+    return text
+
+
 def validate_pause(body: object) -> str | None:
-    """``POST /v1/jobs/{name}/pause``'s optional body -> its ``note`` (None: none given): why, in
-    the operator's words, 1-``pause_note_chars_max`` characters of text with no control character.
-    :raises InvalidSpec:"""
-    note = check_body(body, {"note"}, empty_ok=True).get("note")
-    n = limits.pause_note_chars_max
-    if note is not None and (not isinstance(note, str) or not 1 <= len(note) <= n):
-        raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field="note")
-    if note is not None and any(ord(c) < 32 or c == "\x7f" for c in note):
-        raise InvalidSpec("holds a control character such as NUL, CR or LF", field="note")
-    return note
+    """``POST /v1/jobs/{name}/pause``'s optional body -> its ``note``. :raises InvalidSpec:"""
+    return _words(body, "note", limits.pause_note_chars_max)
 
 
 def validate_cancel(body: object) -> str | None:
-    """``POST /v1/runs/{id}/cancel``'s optional body -> its ``reason`` (None: none given): why, in
-    the operator's words, 1-``cancel_reason_chars_max`` characters of text with no control
-    character. :raises InvalidSpec:"""
-    reason = check_body(body, {"reason"}, empty_ok=True).get("reason")
-    n = limits.cancel_reason_chars_max
-    if reason is not None and (not isinstance(reason, str) or not 1 <= len(reason) <= n):
-        raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field="reason")
-    if reason is not None and any(ord(c) < 32 or c == "\x7f" for c in reason):
-        raise InvalidSpec("holds a control character such as NUL, CR or LF", field="reason")
-    return reason
+    """``POST /v1/runs/{id}/cancel``'s optional body -> its ``reason``. :raises InvalidSpec:"""
+    return _words(body, "reason", limits.cancel_reason_chars_max)
 
 
 def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:

@@ -250,30 +250,18 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     # Its run could only start past its start deadline (an outage's catch-up):
                     # recorded, as the sweep would withdraw it, and before the overlap policy (no
                     # run is made, so none is revoked or counted).
-                    entry = add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": "skipped",
-                                               "reason": "late_start", "kind": "recorded", "fired_at": now,
-                                               "error": deadlines.late_error(late_ms, "fired too late to start")})
-                    if dl:
-                        made[rid] = entry
-                    on_slot_recorded(s, entry, now)
-                    job["stats"][RECORDED] += 1
+                    _recorded(s, job, {"id": rid, "job": name, "slot": slot, "state": "skipped", "reason": "late_start",
+                                       "kind": "recorded", "fired_at": now,
+                                       "error": deadlines.late_error(late_ms, "fired too late to start")},
+                              made if dl else None, now)
                     recorded += 1
-                    if name in s.pipes.children:
-                        pipehooks.notify(s, entry, now)
                     continue
                 blocked = overlap(s, job, rid, now)
                 if blocked is not None:
                     # The slot is handled (the cursor passes it) but becomes a record.
-                    # (the entry add_entry returns: its own trim may have dropped it already)
-                    entry = add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
-                                               "reason": "overlap", "kind": "recorded", "fired_at": now})
-                    if dl:
-                        made[rid] = entry
-                    on_slot_recorded(s, entry, now)
-                    job["stats"][RECORDED] += 1
+                    _recorded(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked, "reason": "overlap",
+                                       "kind": "recorded", "fired_at": now}, made if dl else None, now)
                     recorded += 1
-                    if name in s.pipes.children:
-                        pipehooks.notify(s, entry, now)
                     continue
                 entry = new_run(s, job, slot, now, rid, "scheduled")
                 if dl:
@@ -291,6 +279,19 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
     if stale_jobs:
         return ok(fired=fired, recorded=recorded, stale=stale, stale_jobs=stale_jobs)
     return ok(fired=fired, recorded=recorded, stale=stale)
+
+
+def _recorded(s: SchedulerState, job: Record, entry: Record, made: dict[str, Record] | None, now: int) -> None:
+    """A slot of the general path recorded instead of run (its overlap, a late_start skip): kept,
+    told, counted, and offered to the job's children. ``made``: the fire's deadline entries.
+    (The entry add_entry returns: its own trim may have dropped it already.)"""
+    entry = add_entry(s, job, entry)
+    if made is not None:
+        made[entry["id"]] = entry
+    on_slot_recorded(s, entry, now)
+    job["stats"][RECORDED] += 1
+    if job["name"] in s.pipes.children:
+        pipehooks.notify(s, entry, now)
 
 
 def check_fire_entry(e: object) -> None:
