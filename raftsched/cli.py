@@ -1229,7 +1229,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(reason cancelled), a running one ends failed and its worker stops it at its next "
                          "heartbeat; neither is retried", lambda a, c: c.cancel_run(a.id, a.reason))
     c.add_argument("id")
-    c.add_argument("--reason", help="why, in your words: the run's error shows it, with the token that asked")
+    c.add_argument("--reason", help="why, in your words: the run's error shows it (the node's audit log names the "
+                                    "token that asked)")
     c = client("dlq", "list dead runs, newest first (optionally of one queue)",
                lambda a, c: c.dlq(a.queue, a.limit), read=True)
     c.add_argument("--queue")

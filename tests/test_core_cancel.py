@@ -44,6 +44,8 @@ def test_a_queued_run_is_recorded_skipped_and_no_worker_gets_it():
     assert acquire(s, T0 + 12 * SEC) == []
     assert counters(s) == counters(restored(s)) == {"depth": {}, "running": {}, "running_ids": set(), "dead": {}}
     assert s.stats.recorded[("skipped", "cancelled")] == 1
+    from raftsched.core.events import LAST_SLOT  # (a walk: null for a job none of whose runs had ended)
+    assert s.health["a"][LAST_SLOT] == [T0 + 10 * SEC, "skipped", "cancelled"]
     assert restored(s).snapshot() == s.snapshot()
 
 

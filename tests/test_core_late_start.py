@@ -119,6 +119,9 @@ def test_a_heartbeat_job_takes_no_late_start_skip_and_run_is_kept_as_given():
     with pytest.raises(InvalidSpec) as e:
         model.validate_job("j", raw)
     assert e.value.field == "deadline.late_start"
+    with pytest.raises(InvalidSpec) as e:  # (a walk: "run" was taken, though nothing of it applies)
+        model.validate_job("j", dict(raw, deadline={"start_within_s": 5, "late_start": "run"}))
+    assert e.value.field == "deadline.late_start"
     ok = model.validate_job("j", {"schedule": {"every_s": 10}, "executor": {"type": "shell", "argv": ["true"]},
                                   "misfire": {"policy": "skip"}, "deadline": {"start_within_s": 5, "late_start": "run"}})
     assert ok["deadline"] == {"start_within_s": 5, "late_start": "run"}
@@ -232,3 +235,44 @@ def test_without_late_start_skip_a_missed_records_start_instant_changes_nothing(
     before = snap_obj(s, ("applied", "now_ms"))
     apply(s, commands.deadline_judge(slot + 3600 * SEC, runs=[rid], jobs=[]))  # (a hand-made sweep naming it)
     assert snap_obj(s, ("applied", "now_ms")) == before
+
+
+def test_a_grant_carries_start_by_and_a_run_given_back_past_it_is_withdrawn():
+    # (found by a walk: a worker held runs for a slot behind long ones and started them 35 s late)
+    s = state_with(SKIP)
+    tick(s, T0 + 10 * SEC)
+    rid = f"j@{T0 + 10 * SEC}"
+    g = acquire(s, T0 + 11 * SEC)[0]
+    assert g["start_by"] == T0 + 15 * SEC
+    tick(s, T0 + 15 * SEC)  # the sweep at the start instant: leased, so judged nothing yet
+    assert s.runs[rid]["state"] == "running" and rec(s, rid)["state"] == "pending"
+    res = apply(s, commands.make("release", T0 + 15 * SEC, None, worker="w", leases=[[rid, g["token"]]],
+                                 reason="not started by its start deadline (late_start: skip)"))
+    assert res["released"] == [rid]
+    r = s.runs[rid]
+    assert (r["state"], r["reason"], r["attempt"]) == ("skipped", "late_start", 1)
+    assert r["attempts"][-1]["released"] is True
+    d = rec(s, rid)
+    assert (d["state"], d["deadline"], d["cause"]) == ("missed", "start_within_s", "never_started")
+    assert counters(s) == counters(restored(s)) == {"depth": {}, "running": {}, "running_ids": set(), "dead": {}}
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_run_given_back_before_its_start_deadline_is_queued_and_withdrawn_at_it_if_still_unstarted():
+    s = state_with(SKIP)
+    tick(s, T0 + 10 * SEC)
+    rid = f"j@{T0 + 10 * SEC}"
+    g = acquire(s, T0 + 11 * SEC)[0]
+    apply(s, commands.make("release", T0 + 12 * SEC, None, worker="w", leases=[[rid, g["token"]]], reason="draining"))
+    assert s.runs[rid]["state"] == "queued" and s.runs[rid]["attempt"] == 2
+    tick(s, T0 + 15 * SEC)  # a drained lease is no start: withdrawn at the instant
+    assert (s.runs[rid]["state"], s.runs[rid]["reason"]) == ("skipped", "late_start")
+    assert rec(s, rid)["cause"] == "never_started"
+    assert counters(s) == counters(restored(s))
+
+
+def test_runs_by_hand_and_backfills_carry_no_start_by():
+    s = state_with(SKIP)
+    res = apply(s, commands.trigger_job(T0 + SEC, None, name="j"))
+    g = acquire(s, T0 + 2 * SEC)[0]
+    assert g["id"] == res["run"] and "start_by" not in g

@@ -355,6 +355,56 @@ def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed(
     run(t())
 
 
+def test_a_prefetched_run_of_a_late_start_skip_job_is_given_back_at_its_start_by_not_started_late():
+    """A walk: a worker held runs (prefetched) behind long runs that did not end, and started them
+    35 s past their start deadline, judged met (a lease counted as a start). A grant of a job with
+    late_start skip carries start_by; the worker gives it back then, and the cluster withdraws it."""
+    from raftsched.core import deadlines, policy
+
+    class Shifted(SystemClock):
+        """The system's clocks, wall time moved by hand (monotonic time goes on: the worker's
+        pauses and its watchdog run as ever)."""
+        offset_ms = 0
+
+        def now_ms(self) -> int:
+            return super().now_ms() + self.offset_ms
+
+        def jump(self, ms: int) -> None:
+            self.offset_ms += ms
+
+    async def t():
+        clock = Shifted()
+        env = Env("long", "exec_targets:slow_async", runs=1, slots=1, clock=clock, lease_ttl_ms=3_000)
+        (long_run,) = await env.setup()
+        exec_targets.STARTED[long_run] = asyncio.Event()
+        late = {"schedule": {"every_s": 60}, "misfire": {"policy": "skip"}, "history": 100,
+                "executor": {"type": "python", "target": "exec_targets:record_async"},
+                "deadline": {"start_within_s": 5, "late_start": "skip"}}
+        await env.service.put_job("late", late, None)
+        task = asyncio.create_task(env.worker.run())
+        await asyncio.wait_for(exec_targets.STARTED[long_run].wait(), 5)  # its one slot is taken
+        env.worker._exec_s, env.worker._acquire_rtt_s = 0.0, 1.0  # runs seen short so far: it prefetches
+        job = env.state.jobs["late"]
+        slot = job["next"]
+        clock.jump(slot - clock.now_ms())
+        # the leader's fire of its slot, as the trigger plans it (this replica keeps no due index)
+        e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], slot, job["gen"], "late", 0)
+        dl = deadlines.fire_items(job["spec"], e, job["anchor"])
+        assert env.state.apply_bytes(commands.encode(commands.fire(slot, entries=[e], dl=dl)))["ok"]
+        rid = f"late@{slot}"
+        await wait_until(lambda: any(h.grant["id"] == rid for h in env.worker._waiting), 5, "the run prefetched")
+        assert env.state.runs[rid]["state"] == "running"  # leased, held for a slot
+        clock.jump(6_000)  # its start_by passes, the long run goes on
+        await wait_until(lambda: env.state.runs[rid]["state"] == "skipped", 5, "the run given back and withdrawn")
+        await stop(task)
+        r = env.state.runs[rid]
+        assert r["reason"] == "late_start" and r["attempts"][-1]["released"] is True, r
+        assert rid not in exec_targets.RECORDED, "it never started"
+        d = env.state.deadlines.slots[rid]
+        assert (d["state"], d["which"], d["cause"]) == ("missed", "start_within_s", "never_started"), d
+    run(t())
+
+
 def _not_reported_and_leases_left_to_expire(env: Env, ids: list[str]) -> None:
     """No outcome of ``ids`` was reported, and each is still running its first attempt: its
     lease expires (a lost attempt), as after a crash."""

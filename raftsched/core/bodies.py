@@ -93,8 +93,8 @@ def _words(body: object, field: str, n: int) -> str | None:
     text = check_body(body, {field}, empty_ok=True).get(field)
     if text is not None and (not isinstance(text, str) or not 1 <= len(text) <= n):
         raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field=field)
-    if text is not None and any(ord(c) < 32 or c == "\x7f" for c in text):
-        raise InvalidSpec("holds a control character such as NUL, CR or LF", field=field)
+    if text is not None and any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in text):
+        raise InvalidSpec("holds a control character such as NUL, CR, LF or NEL", field=field)
     return text
 
 

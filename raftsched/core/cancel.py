@@ -84,9 +84,10 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
         unqueue_count(s, run)
         run.update(state="skipped", reason="cancelled", error=error, finished_at=now)
         s.stats.on_recorded("skipped", "cancelled")
-        h = None if backfill else s.health.get(run["job"])
-        if h is not None and not older_than_last(h, run["slot"]):  # (as a slot recorded: on_slot_recorded)
-            h[LAST_SLOT] = [run["slot"], "skipped", "cancelled"]
+        if not backfill:  # (made if the job has none yet: the cancel is said, as a running run's)
+            h = health(s, run["job"])
+            if not older_than_last(h, run["slot"]):
+                h[LAST_SLOT] = [run["slot"], "skipped", "cancelled"]
     else:
         if leased:
             deadlines.end_lease(s, run, now, False, error)
@@ -114,16 +115,18 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 
-def withdraw_late(s: SchedulerState, run: Record, now: int, tell: bool = False) -> None:
+def withdraw_late(s: SchedulerState, run: Record, now: int, tell: bool = False, queued: bool = True) -> None:
     """A queued run whose ``start_within_s`` passed, of a job with ``deadline.late_start: skip``
     (deadlines.judge, the leader's sweep, in the apply that judges it missed): it does not start
     late. Its slot is recorded ``skipped``, reason ``late_start``; the deadline's ``deadline.missed``
     event says ``withdrawn`` (no ``slot.missed`` as well: one miss, told once), unless ``tell``
     (the record was judged missed by an earlier deadline, told then without it: ``slot.missed``
-    now); its children decide the slot as for any slot recorded skipped."""
+    now); its children decide the slot as for any slot recorded skipped. ``queued`` False: a run
+    given back (core/workers.py apply_release), in no queue's count."""
     within_ms = deadlines.late_skip_ms(s.jobs[run["job"]]["spec"]) or 0
     backfill = of_backfill(run)
-    unqueue_count(s, run)
+    if queued:
+        unqueue_count(s, run)
     run.update(state="skipped", reason="late_start", finished_at=now, error=deadlines.late_error(within_ms))
     s.stats.on_recorded("skipped", "late_start")
     h = None if backfill else s.health.get(run["job"])

@@ -119,6 +119,30 @@ def late_skip_ms(spec: Record) -> int | None:
     return int(d["start_within_s"]) * 1000
 
 
+def governed_late(run: Record) -> bool:
+    """Whether ``late_start`` governs ``run``: a run of a slot the schedule fired, or a pipeline
+    child's of its parents' slot; not a run by hand, nor a backfill's (their slots are past on
+    purpose, and have no deadline record)."""
+    return run.get("kind") in ("scheduled", "triggered") and "backfill" not in run
+
+
+def late_start_by(spec: Record, run: Record) -> int | None:
+    """When ``run`` must have started by under ``late_start: skip`` (its slot + start_within_s,
+    the cluster's time), or None: the grant's ``start_by`` (core/leases.py), which a worker
+    holding the run for a free slot (prefetched) keeps to: it gives the run back rather than
+    start it later (worker/loop.py)."""
+    late_ms = late_skip_ms(spec)
+    if late_ms is None or not governed_late(run) or not is_int(run.get("slot")):
+        return None
+    return int(run["slot"]) + late_ms
+
+
+def never_ran(run: Record) -> bool:
+    """A run with no attempt that a worker began: none, or only leases given back (a drain, a
+    prefetched run given back at its start deadline): for ``late_start`` it never started."""
+    return all(a.get("released") for a in run.get("attempts") or ())
+
+
 def late_error(within_ms: int, what: str = "not started") -> str:
     """The error of a slot a ``late_start: skip`` recorded or withdrew."""
     return f"{what} within start_within_s ({within_ms // 1000} s of its slot), and the job's deadline.late_start is skip"
@@ -661,13 +685,18 @@ def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:
             _miss(s, book, rid, r, now, (t, w), "skipped", t)
             return True
         if w == "start_within_s":
+            job = s.jobs.get(run["job"])
+            if run["state"] == "queued" and job is not None and skips_late(job["spec"]) and governed_late(run) \
+                    and never_ran(run):
+                # (late_start: skip) it does not start late: recorded skipped, which finalises r.
+                # A lease given back counts as no start (a prefetched run, a drain).
+                cause = "never_started" if run.get("attempts") else _cause(s, run)
+                _miss(s, book, rid, r, now, (t, w), cause, t, final=False, withdrawn=True)
+                withdraw_late(s, run, now)
+                return True
             started = _first_start(run)
             if run["state"] in ("queued", "waiting") and not run.get("attempts") and run.get("started_at") is None:
-                job = s.jobs.get(run["job"])
-                late = run["state"] == "queued" and job is not None and skips_late(job["spec"])
-                _miss(s, book, rid, r, now, (t, w), _cause(s, run), t, final=False, withdrawn=late)
-                if late:  # (late_start: skip) it does not start late: recorded skipped, which finalises r
-                    withdraw_late(s, run, now)
+                _miss(s, book, rid, r, now, (t, w), _cause(s, run), t, final=False)
                 return True
             if started is not None and started > t:
                 _miss(s, book, rid, r, now, (t, w), "never_started", t, final=False)
@@ -692,7 +721,7 @@ def _late_after_miss(s: SchedulerState, r: Record, rid: str, now: int) -> bool:
         return False  # (changing nothing: a job without late_start skip is judged as ever)
     r["judged"] = max(r["judged"], now)
     run = s.runs.get(rid)
-    if run is None or run["state"] != "queued" or run.get("attempts") or run.get("started_at") is not None:
+    if run is None or run["state"] != "queued" or not governed_late(run) or not never_ran(run):
         return False
     withdraw_late(s, run, now, tell=True)
     return True
@@ -1228,3 +1257,14 @@ def _rebuild(s: SchedulerState) -> None:
 
 EXTENSION = snapshot.register(snapshot.Extension(name="deadlines", new=Book, encode=_encode, decode=_decode,
                                                  rebuild=_rebuild))
+
+
+def judge_late_given_back(s: SchedulerState, rid: str, now: int) -> None:
+    """A run given back by its worker at or past its start instant, under ``late_start: skip``
+    (core/workers.py apply_release): its record, still pending (the lease counted as a start
+    when the sweep looked), is judged missed, ``never_started``, withdrawn, before the run is."""
+    book = _book(s)
+    r = book.slots.get(rid)
+    if r is not None and not r["fin"] and r["state"] == "pending" and r["start"] is not None:
+        _miss(s, book, rid, r, now, (r["start"], "start_within_s"), "never_started", r["start"], final=False,
+              withdrawn=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import limits, pipelines
+from . import deadlines, limits, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
 from .locks import count_tenants
 from .placement import placement_ok
@@ -388,6 +388,10 @@ def _grant_map(s: SchedulerState, run: Record, job: Record | None, tok: int, dea
     }
     if "upstream" in run:  # pipelines: what its parents ended with (RAFTSCHED_UPSTREAM)
         g["upstream"] = run["upstream"]
+    if job is not None and "deadline" in spec:
+        start_by = deadlines.late_start_by(spec, run)
+        if start_by is not None:  # late_start skip: the worker starts it by then or gives it back
+            g["start_by"] = start_by
     if job is not None and executor is not None and executor.get("type") == "http" \
             and (s.tenant_policies or LIMITED in spec):
         allow = network_of(s, spec)

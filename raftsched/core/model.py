@@ -671,9 +671,9 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
         if "after" in spec:
             raise InvalidSpec("a heartbeat job's runs are what pings report: it cannot run after other jobs",
                               field="after")
-        if spec.get("deadline", {}).get("late_start") == "skip":
-            raise InvalidSpec("a heartbeat job's slots wait for a ping, not a worker: nothing is withdrawn "
-                              "(leave late_start out)", field="deadline.late_start")
+        if "late_start" in spec.get("deadline", {}):
+            raise InvalidSpec("a heartbeat job's slots wait for a ping, not a worker: nothing starts late or is "
+                              "withdrawn (leave late_start out)", field="deadline.late_start")
     add_job_fields(raw, spec)  # notify, pause_on_failure, metrics (core/notify_model.py)
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid

@@ -55,7 +55,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import limits, snapshot
+from . import deadlines, limits, snapshot
 from .errors import InvalidCommand, InvalidSpec, LimitExceeded, NotFound
 from .leases import close_attempt, live, outside, tenants_field
 from .model import EXECUTOR_TYPES, NAME_RE, TARGET_RE
@@ -371,7 +371,9 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
     holds with that token is queued again at once (due now) with attempt + 1; the attempt is
     recorded as released by the worker, and counts neither as a failure (``max_attempts``) nor
     as a lost lease (``lease_losses_max``): I19. A run whose job was deleted meanwhile, or
-    became a heartbeat job (no worker runs those), is dead.
+    became a heartbeat job (no worker runs those), is dead. A run of a job with ``late_start:
+    skip`` given back at or past its start deadline (its grant's ``start_by``: a worker held it
+    for a slot that did not free in time) is withdrawn instead (core/cancel.py withdraw_late).
     The others are listed as ``lost`` (not the worker's any more) and change nothing; with
     ``tenants``, so is a lease of a run of another tenant (I23).
 
@@ -403,11 +405,18 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
             s.stats.on_finished("dead")
             add_dead(s, run, now)
         else:
-            run["attempt"] += 1
-            run["state"] = "queued"
-            run["due"] = now
+            start_by = deadlines.late_start_by(job["spec"], run) if "deadline" in job["spec"] else None
             run["worker"] = None
-            enqueue(s, run)
+            if start_by is not None and start_by <= now:
+                # late_start skip: given back at or past its start deadline (a worker held it for a
+                # slot that did not free in time, or drained): withdrawn, not queued again
+                deadlines.judge_late_given_back(s, rid, now)
+                deadlines.withdraw_late(s, run, now, queued=False)
+            else:
+                run["attempt"] += 1
+                run["state"] = "queued"
+                run["due"] = now
+                enqueue(s, run)
         released.append(rid)
     return ok(released=released, lost=lost)
 

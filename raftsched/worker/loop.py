@@ -251,6 +251,8 @@ class LeaseLoop:
         self.held: dict[str, _Held] = {}
         #: the tasks of earlier attempts of runs granted again, killed, until they end
         self._superseded: set[asyncio.Task] = set()
+        #: give-backs of runs past their start_by (late_start: skip) on their way
+        self._late_backs: set[asyncio.Future] = set()
         self._session: aiohttp.ClientSession | None = None
         #: outcomes not yet sent, oldest first, and since when the oldest waits
         self._outbox: collections.deque[tuple[dict, _Held]] = collections.deque()
@@ -654,6 +656,8 @@ class LeaseLoop:
             self.held[grant["id"]] = h
             if self.draining or self._stopping:
                 back.append(h)  # granted as the drain began: given back at once
+            elif self._too_late(grant):
+                self._give_back_soon([h])  # (late_start: skip) past its start_by already
             elif self._executing + self.lingering < self.slots:
                 self._start(h)
             else:
@@ -686,6 +690,7 @@ class LeaseLoop:
                 await self._say_hello()
             if not self.held:
                 continue
+            self._give_back_late()
             await self._heartbeat_once()
 
     async def _heartbeat_once(self, extra: list[list] | None = None) -> set[str] | None:
@@ -1043,8 +1048,34 @@ class LeaseLoop:
                 # to report; if the lease still exists it expires, a lost attempt.
                 self._release(nxt)
                 continue
+            if self._too_late(nxt.grant):
+                self._give_back_soon([nxt])
+                continue
             self._start(nxt)
             break
+
+    def _too_late(self, grant: dict) -> bool:
+        """Whether a grant of a job with ``late_start: skip`` has passed its ``start_by`` (the
+        cluster's time: core/deadlines.py late_start_by): it must not start, but go back (the
+        cluster withdraws it: core/workers.py apply_release)."""
+        start_by = grant.get("start_by")
+        return type(start_by) is int and self.clock.now_ms() >= start_by
+
+    def _give_back_late(self) -> None:
+        """Give back the runs held for a slot (prefetched) whose start_by has passed: a slot that
+        did not free in time (long runs ahead of them) must not start them late."""
+        late = [h for h in self._waiting if not h.cancel.is_set() and self._too_late(h.grant)]
+        for h in late:
+            self._waiting.remove(h)
+        if late:
+            self._give_back_soon(late)
+
+    def _give_back_soon(self, hs: list[_Held]) -> None:
+        log.info("worker %s: giving back %d run(s) not started by their start deadline (late_start: skip): %s",
+                 self.worker_id, len(hs), ", ".join(h.grant["id"] for h in hs[:5]))
+        t = asyncio.ensure_future(self._give_back(hs, "not started by its start deadline (late_start: skip)"))
+        self._late_backs.add(t)
+        t.add_done_callback(self._late_backs.discard)
 
     def _release(self, h: _Held) -> None:
         """Forget a lease: its run was reported, or will never be (then the lease expires)."""
