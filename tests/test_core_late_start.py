@@ -246,29 +246,61 @@ def test_a_grant_carries_start_by_and_a_run_given_back_past_it_is_withdrawn():
     assert g["start_by"] == T0 + 15 * SEC
     tick(s, T0 + 15 * SEC)  # the sweep at the start instant: leased, so judged nothing yet
     assert s.runs[rid]["state"] == "running" and rec(s, rid)["state"] == "pending"
-    res = apply(s, commands.make("release", T0 + 15 * SEC, None, worker="w", leases=[[rid, g["token"]]],
-                                 reason="not started by its start deadline (late_start: skip)"))
+    res = apply(s, commands.release(T0 + 15 * SEC, None, worker="w", leases=[[rid, g["token"]]],
+                                    reason="not started by its start deadline (late_start: skip)", not_started=True))
     assert res["released"] == [rid]
     r = s.runs[rid]
     assert (r["state"], r["reason"], r["attempt"]) == ("skipped", "late_start", 1)
-    assert r["attempts"][-1]["released"] is True
+    assert r["attempts"][-1]["released"] is True and r["attempts"][-1]["unstarted"] is True
     d = rec(s, rid)
     assert (d["state"], d["deadline"], d["cause"]) == ("missed", "start_within_s", "never_started")
     assert counters(s) == counters(restored(s)) == {"depth": {}, "running": {}, "running_ids": set(), "dead": {}}
     assert restored(s).snapshot() == s.snapshot()
 
 
-def test_a_run_given_back_before_its_start_deadline_is_queued_and_withdrawn_at_it_if_still_unstarted():
+def test_a_run_given_back_unstarted_before_its_start_deadline_is_queued_and_withdrawn_at_it_if_still_unstarted():
     s = state_with(SKIP)
     tick(s, T0 + 10 * SEC)
     rid = f"j@{T0 + 10 * SEC}"
     g = acquire(s, T0 + 11 * SEC)[0]
-    apply(s, commands.make("release", T0 + 12 * SEC, None, worker="w", leases=[[rid, g["token"]]], reason="draining"))
+    apply(s, commands.release(T0 + 12 * SEC, None, worker="w", leases=[[rid, g["token"]]], reason="not delivered",
+                              not_started=True))
     assert s.runs[rid]["state"] == "queued" and s.runs[rid]["attempt"] == 2
-    tick(s, T0 + 15 * SEC)  # a drained lease is no start: withdrawn at the instant
+    tick(s, T0 + 15 * SEC)  # a lease its worker never began is no start: withdrawn at the instant
     assert (s.runs[rid]["state"], s.runs[rid]["reason"]) == ("skipped", "late_start")
     assert rec(s, rid)["cause"] == "never_started"
     assert counters(s) == counters(restored(s))
+
+
+@pytest.mark.parametrize("how", ["failed", "expired", "drained", "requeued"])
+def test_a_slot_that_started_once_runs_again_whatever_late_start_says(how):
+    # (found by a review: every later grant carried the first start_by, so a retry, a lost
+    # lease's re-run and a dead run requeued were given back and withdrawn; and a run a drain
+    # killed while it ran was withdrawn as never started)
+    spec_ = spec({"every_s": 10}, SKIP, retry={"max_attempts": 1 if how == "requeued" else 3, "backoff_s": 1})
+    s = new_state()
+    apply(s, put_cmd(s, "j", spec_, T0))
+    tick(s, T0 + 10 * SEC)
+    rid = f"j@{T0 + 10 * SEC}"
+    g = acquire(s, T0 + 11 * SEC)[0]
+    if how == "failed":
+        apply(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
+            {"run": rid, "token": g["token"], "success": False, "error": "exit 1"}]))
+    elif how == "expired":
+        apply(s, commands.make("expire", T0 + 12 * SEC, None, runs=[[rid, g["token"], 0]], locks=[]))
+    elif how == "drained":  # a drain kills a run still going and gives it back (no not_started)
+        res = apply(s, commands.release(T0 + 20 * SEC, None, worker="w", leases=[[rid, g["token"]]], reason="draining"))
+        assert res["released"] == [rid]
+    else:
+        apply(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
+            {"run": rid, "token": g["token"], "success": False, "error": "exit 1"}]))
+        assert s.runs[rid]["state"] == "dead"
+        apply(s, commands.dlq_requeue(T0 + 13 * SEC, None, run=rid))
+    assert s.runs[rid]["state"] == "queued", s.runs[rid]
+    tick(s, T0 + 30 * SEC)  # past the start instant: the sweep withdraws nothing
+    assert s.runs[rid]["state"] == "queued"
+    g2 = acquire(s, T0 + 30 * SEC)[0]
+    assert g2["id"] == rid and "start_by" not in g2, g2
 
 
 def test_runs_by_hand_and_backfills_carry_no_start_by():
@@ -276,3 +308,23 @@ def test_runs_by_hand_and_backfills_carry_no_start_by():
     res = apply(s, commands.trigger_job(T0 + SEC, None, name="j"))
     g = acquire(s, T0 + 2 * SEC)[0]
     assert g["id"] == res["run"] and "start_by" not in g
+
+
+def test_a_run_leased_past_its_instant_then_given_back_is_told_as_slot_missed():
+    # (found by a review: the sweep judged it missed while leased, no withdrawal said; the
+    # give-back's withdrawal then said nothing)
+    from test_notify_core import WEBHOOK
+    s = new_state()
+    apply(s, commands.put_sink(T0, None, name="ops", spec=WEBHOOK))
+    apply(s, put_cmd(s, "j", spec({"every_s": 10}, SKIP, notify=[{"sink": "ops", "on": ["deadline.missed",
+                                                                                          "slot.missed"]}]), T0))
+    tick(s, T0 + 10 * SEC)
+    rid = f"j@{T0 + 10 * SEC}"
+    g = acquire(s, T0 + 15 * SEC + 100)[0]  # leased past the instant, before the sweep
+    tick(s, T0 + 15 * SEC + 200)
+    assert rec(s, rid)["state"] == "missed" and s.runs[rid]["state"] == "running"
+    apply(s, commands.release(T0 + 15 * SEC + 300, None, worker="w", leases=[[rid, g["token"]]], reason="late",
+                              not_started=True))
+    assert (s.runs[rid]["state"], s.runs[rid]["reason"]) == ("skipped", "late_start")
+    told = [(e["kind"], e["reason"], e["detail"].get("withdrawn")) for e in s.outbox.events if e["run_id"] == rid]
+    assert told == [("deadline.missed", "never_started", None), ("slot.missed", "late_start", None)], told

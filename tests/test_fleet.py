@@ -922,6 +922,12 @@ def test_heartbeat_complete_and_release_judge_each_lease_by_its_token():
                                                     "reason": "draining"})
         assert rel == {"released": [d], "lost": [a]}
         assert env.state.runs[d]["state"] == "queued" and env.state.runs[d]["attempt"] == 2
+        assert "unstarted" not in env.state.runs[d]["attempts"][-1]
+        bad = await post(c, path("w1", "release"), {"leases": [], "not_started": "yes"}, status=422)
+        assert bad["error"]["field"] == "not_started"
+        g2 = (await lease(c, "w1", wait_s=5))["runs"][0]
+        rel = await post(c, path("w1", "release"), {"leases": [[g2["id"], g2["token"]]], "not_started": True})
+        assert rel["released"] == [g2["id"]] and env.state.runs[g2["id"]]["attempts"][-1]["unstarted"] is True
     run(t)
 
 

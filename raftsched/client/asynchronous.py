@@ -533,10 +533,11 @@ class AsyncClient(Transport):
 
     async def worker_release(self, worker_id: str, leases: list, reason: str = "", *,
                              idempotent_key: str | None = None, timeout_s: float | None = None,
-                             deadline_s: float | None = None) -> dict:
+                             deadline_s: float | None = None, not_started: bool = False) -> dict:
         """``POST /v1/workers/{id}/release``: give leases back (queued again at once)."""
         return await self._send(endpoints.worker_release(worker_id, leases, reason, idempotent_key=idempotent_key,
-                                                         timeout_s=timeout_s, deadline_s=deadline_s))
+                                                         timeout_s=timeout_s, deadline_s=deadline_s,
+                                                         not_started=not_started))
 
     async def worker_leave(self, worker_id: str, instance: str, reason: str | None = None, *,
                            idempotent_key: str | None = None, timeout_s: float | None = None,

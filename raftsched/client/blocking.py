@@ -547,10 +547,11 @@ class Client(Transport):
                                                     timeout_s=timeout_s, deadline_s=deadline_s))
 
     def worker_release(self, worker_id: str, leases: list, reason: str = "", *, idempotent_key: str | None = None,
-                       timeout_s: float | None = None, deadline_s: float | None = None) -> dict:
+                       timeout_s: float | None = None, deadline_s: float | None = None, not_started: bool = False) -> dict:
         """``POST /v1/workers/{id}/release``: give leases back (queued again at once)."""
         return self._send(endpoints.worker_release(worker_id, leases, reason, idempotent_key=idempotent_key,
-                                                   timeout_s=timeout_s, deadline_s=deadline_s))
+                                                   timeout_s=timeout_s, deadline_s=deadline_s,
+                                                   not_started=not_started))
 
     def worker_leave(self, worker_id: str, instance: str, reason: str | None = None, *,
                      idempotent_key: str | None = None, timeout_s: float | None = None,

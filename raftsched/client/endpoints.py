@@ -607,10 +607,15 @@ def worker_complete(worker_id: str, results: list, *, idempotent_key: str | None
 
 @endpoint
 def worker_release(worker_id: str, leases: list, reason: str = "", *, idempotent_key: str | None = None,
-                   timeout_s: float | None = None, deadline_s: float | None = None) -> Request:
+                   timeout_s: float | None = None, deadline_s: float | None = None,
+                   not_started: bool = False) -> Request:
     """``POST /v1/workers/{id}/release``: give ``leases`` back (queued again at once, no budget
-    spent)."""
-    return Request("POST", f"/v1/workers/{_q(worker_id)}/release", body={"leases": leases, "reason": reason},
+    spent). ``not_started``: the worker never began these runs (one of a job with
+    ``late_start: skip`` given back past its grant's ``start_by`` is withdrawn)."""
+    body: dict = {"leases": leases, "reason": reason}
+    if not_started:  # (sent only when set: a node of an older version refuses the field)
+        body["not_started"] = True
+    return Request("POST", f"/v1/workers/{_q(worker_id)}/release", body=body,
                    idempotency_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
 
 

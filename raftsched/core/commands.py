@@ -346,8 +346,12 @@ def complete_many(now: int, rid: str | None, *, results: list[Any], worker: str,
 
 
 def release(now: int, rid: str | None, *, worker: str, leases: list[Any], reason: str,
-            tenants: Tenants = None) -> Command:
-    return _limited(make("release", now, rid, worker=worker, leases=leases, reason=reason), tenants)
+            tenants: Tenants = None, not_started: bool = False) -> Command:
+    """``not_started``: the worker never began these runs (core/workers.py apply_release)."""
+    cmd = make("release", now, rid, worker=worker, leases=leases, reason=reason)
+    if not_started:  # (written only when set: the command of every other release is as it was)
+        cmd["not_started"] = True
+    return _limited(cmd, tenants)
 
 
 def drain_worker(now: int, rid: str | None, *, worker: str) -> Command:

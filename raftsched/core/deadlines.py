@@ -132,15 +132,17 @@ def late_start_by(spec: Record, run: Record) -> int | None:
     holding the run for a free slot (prefetched) keeps to: it gives the run back rather than
     start it later (worker/loop.py)."""
     late_ms = late_skip_ms(spec)
-    if late_ms is None or not governed_late(run) or not is_int(run.get("slot")):
-        return None
+    if late_ms is None or not governed_late(run) or not is_int(run.get("slot")) or not never_ran(run):
+        return None  # (a retry, a lost lease's re-run, a dead run requeued: its first start was)
     return int(run["slot"]) + late_ms
 
 
 def never_ran(run: Record) -> bool:
-    """A run with no attempt that a worker began: none, or only leases given back (a drain, a
-    prefetched run given back at its start deadline): for ``late_start`` it never started."""
-    return all(a.get("released") for a in run.get("attempts") or ())
+    """A run with no attempt that a worker began: none, or only leases its worker gave back
+    saying it never began them (``unstarted``: a run held for a free slot past its start_by, a
+    lease answer never delivered): for ``late_start`` it never started. A lease given back by a
+    drain may have run (a drain kills what still runs, and gives it back): a start."""
+    return all(a.get("unstarted") for a in run.get("attempts") or ())
 
 
 def late_error(within_ms: int, what: str = "not started") -> str:
@@ -1259,12 +1261,16 @@ EXTENSION = snapshot.register(snapshot.Extension(name="deadlines", new=Book, enc
                                                  rebuild=_rebuild))
 
 
-def judge_late_given_back(s: SchedulerState, rid: str, now: int) -> None:
-    """A run given back by its worker at or past its start instant, under ``late_start: skip``
-    (core/workers.py apply_release): its record, still pending (the lease counted as a start
-    when the sweep looked), is judged missed, ``never_started``, withdrawn, before the run is."""
+def judge_late_given_back(s: SchedulerState, rid: str, now: int) -> bool:
+    """A run given back unstarted by its worker at or past its start instant, under
+    ``late_start: skip`` (core/workers.py apply_release): its record, still pending (the lease
+    counted as a start when the sweep looked), is judged missed, ``never_started``, withdrawn,
+    before the run is. :returns: whether that was told (else the withdrawal is: a record judged
+    missed already, or none)."""
     book = _book(s)
     r = book.slots.get(rid)
     if r is not None and not r["fin"] and r["state"] == "pending" and r["start"] is not None:
         _miss(s, book, rid, r, now, (r["start"], "start_within_s"), "never_started", r["start"], final=False,
               withdrawn=True)
+        return True
+    return False

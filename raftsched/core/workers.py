@@ -372,8 +372,9 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
     recorded as released by the worker, and counts neither as a failure (``max_attempts``) nor
     as a lost lease (``lease_losses_max``): I19. A run whose job was deleted meanwhile, or
     became a heartbeat job (no worker runs those), is dead. A run of a job with ``late_start:
-    skip`` given back at or past its start deadline (its grant's ``start_by``: a worker held it
-    for a slot that did not free in time) is withdrawn instead (core/cancel.py withdraw_late).
+    skip`` given back ``not_started`` (its worker never began it, its attempt recorded
+    ``unstarted``) at or past its start deadline (its grant's ``start_by``: a worker held it for a
+    slot that did not free in time) is withdrawn instead (core/cancel.py withdraw_late).
     The others are listed as ``lost`` (not the worker's any more) and change nothing; with
     ``tenants``, so is a lease of a run of another tenant (I23).
 
@@ -390,6 +391,7 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
     w = touch(s, worker, now)
     released, lost = [], []
     why = f"released by worker {worker}" + (f": {reason}" if reason else "")
+    unstarted = cmd.get("not_started") is True
     for rid, tok in leases:
         run = live(s, rid, tok)
         if run is None or run["worker"] != worker or outside(run, only):
@@ -397,6 +399,8 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         close_attempt(s, run, now, False, why, run.get("output"))
         run["attempts"][-1]["released"] = True
+        if unstarted:
+            run["attempts"][-1]["unstarted"] = True
         if w is not None:
             w["releases"] += 1
         job = s.jobs.get(run["job"])
@@ -405,13 +409,13 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
             s.stats.on_finished("dead")
             add_dead(s, run, now)
         else:
-            start_by = deadlines.late_start_by(job["spec"], run) if "deadline" in job["spec"] else None
+            start_by = deadlines.late_start_by(job["spec"], run) if unstarted and "deadline" in job["spec"] else None
             run["worker"] = None
             if start_by is not None and start_by <= now:
-                # late_start skip: given back at or past its start deadline (a worker held it for a
-                # slot that did not free in time, or drained): withdrawn, not queued again
-                deadlines.judge_late_given_back(s, rid, now)
-                deadlines.withdraw_late(s, run, now, queued=False)
+                # late_start skip: given back unstarted at or past its start deadline (a worker held
+                # it for a slot that did not free in time): withdrawn, not queued again
+                told = deadlines.judge_late_given_back(s, rid, now)
+                deadlines.withdraw_late(s, run, now, tell=not told, queued=False)
             else:
                 run["attempt"] += 1
                 run["state"] = "queued"

@@ -60,7 +60,7 @@ LEASE_FIELDS = {"queues", "labels", "slots", "executors", "version", "instance",
 HEARTBEAT_FIELDS = {"leases", "ttl_ms"}
 COMPLETE_FIELDS = {"results"}
 RESULT_FIELDS = {"run", "token", "success", "error", "output", "result"}
-RELEASE_FIELDS = {"leases", "reason"}
+RELEASE_FIELDS = {"leases", "reason", "not_started"}
 LEAVE_FIELDS = {"instance", "reason"}
 
 
@@ -527,9 +527,13 @@ class Fleet:
         reason = b.get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 200):
             raise InvalidSpec("must be a string of at most 200 characters", field="reason")
+        not_started = b.get("not_started", False)
+        if not isinstance(not_started, bool):
+            raise InvalidSpec("must be true or false: whether the worker never began these runs", field="not_started")
         self._seen.add(wid)
         res = await self.propose(commands.release(self.clock.now_ms(), key or uuid.uuid4().hex, worker=wid,
-                                                  leases=leases, reason=reason, tenants=tenants))
+                                                  leases=leases, reason=reason, tenants=tenants,
+                                                  not_started=not_started))
         return {"released": res["released"], "lost": res["lost"]}
 
     async def release_grants(self, wid: str, grants: list[dict], reason: str) -> None:
@@ -538,7 +542,7 @@ class Fleet:
         leases = [[g["id"], g["token"]] for g in grants]
         try:
             await self.propose(commands.release(self.clock.now_ms(), uuid.uuid4().hex, worker=wid, leases=leases,
-                                                reason=reason))
+                                                reason=reason, not_started=True))  # (never delivered: never begun)
         except RaftschedError as e:
             log.warning("fleet: could not give back %d runs granted to %s (their leases will expire): %s",
                         len(leases), wid, e.message)

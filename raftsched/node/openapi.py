@@ -374,7 +374,10 @@ def _bodies() -> dict[str, Schema]:
                       ("slots", "executors", "max")),
         "heartbeat": _obj({"leases": leases, "ttl_ms": ttl}, ("leases",)),
         "complete": _obj({"results": outcomes}, ("results",)),
-        "release": _obj({"leases": leases, "reason": _nullable(_str(0, 200))}, ("leases",)),
+        "release": _obj({"leases": leases, "reason": _nullable(_str(0, 200)),
+                         "not_started": {"type": "boolean", "description": "the worker never began these runs: one "
+                                         "of a job with late_start skip given back past its start_by is withdrawn"}},
+                        ("leases",)),
         "leave": _obj({"instance": _str(1, 64), "reason": _nullable(_str(0, 200))}, ("instance",)),
         "secrets_rotate": _obj({"key": _str(1, limits.seal_key_id_chars_max)}, ("key",)),
         "sink": _sink(),

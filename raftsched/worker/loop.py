@@ -158,8 +158,9 @@ class Channel(Protocol):
         """Report outcomes (``complete_many`` items); one result per item, or None when they
         could not be delivered (the leases then expire)."""
 
-    async def release(self, leases: list[list], reason: str) -> None:
-        """Give leases back: the runs are queued again without spending an attempt."""
+    async def release(self, leases: list[list], reason: str, not_started: bool = False) -> None:
+        """Give leases back: the runs are queued again without spending an attempt.
+        ``not_started``: this worker never began them (core/workers.py apply_release)."""
 
     async def close(self) -> None:
         """Free what the channel holds (connections)."""
@@ -415,6 +416,7 @@ class LeaseLoop:
             h.cancel.set()
         tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
         tasks += [t for t in self._superseded if not t.done()]  # (killed when superseded)
+        tasks += [t for t in self._late_backs if not t.done()]  # (give-backs past start_by on their way)
         grace_s = self.kill_grace_s + worker_limits.stop_report_grace_s
         deadline = self.clock.monotonic_s() + grace_s
         if tasks:
@@ -833,32 +835,39 @@ class LeaseLoop:
             t.cancel()
         await self._placed()  # grants already answered are given back (_place)
         waiting, self._waiting = list(self._waiting), collections.deque()
-        if waiting:
-            await self._give_back(waiting, "draining")
+        if waiting:  # (never begun: held for a free slot)
+            await self._give_back(waiting, "draining", not_started=True)
         deadline = self.clock.monotonic_s() + drain_s
         while self._executing and self.clock.monotonic_s() < deadline:
             self._wake.clear()
             await wait_event(self._wake, max(0.01, min(0.5, deadline - self.clock.monotonic_s())))
         running = [h for h in self.held.values() if h.executing]
         await self._kill_and_give_back(running, f"still running after the drain time ({drain_s:g} s)")
-        # What finished is reported by the loop (it flushes the outbox); wait for that.
+        # What finished is reported by the loop (it flushes the outbox); wait for that, and for
+        # the give-backs of runs past their start_by on their way.
         deadline = self.clock.monotonic_s() + worker_limits.stop_report_grace_s
+        if self._late_backs:
+            await asyncio.wait(list(self._late_backs), timeout=worker_limits.stop_report_grace_s)
         while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
             self._wake.set()
             await asyncio.sleep(0.01)  # ok-sleep: polling inside a deadline; the pump flushes
         log.info("worker %s: drained (%d completed, %d given back)", self.worker_id, self.completed, self.released)
 
-    async def _give_back(self, hs: list[_Held], reason: str) -> None:
+    async def _give_back(self, hs: list[_Held], reason: str, not_started: bool = False) -> None:
         """Release the leases of ``hs`` (runs not started, or killed by a drain): queued again at
         once without spending an attempt. Forgotten here whatever the answer (a lease whose
-        release did not get through expires: a lost attempt)."""
+        release did not get through expires: a lost attempt). ``not_started``: none of them was
+        begun (a cluster withdraws one past its start_by: late_start skip)."""
         for h in hs:
             self._release(h)
         leases = [[h.grant["id"], h.token] for h in hs]
         step = limits.run_refs_per_command
         for k in range(0, len(leases), step):
             try:
-                await self.channel.release(leases[k:k + step], reason)
+                if not_started:
+                    await self.channel.release(leases[k:k + step], reason, not_started=True)
+                else:  # (a channel of an older node's protocol takes no not_started)
+                    await self.channel.release(leases[k:k + step], reason)
                 self.released += len(leases[k:k + step])
             except RaftschedError as e:
                 log.warning("worker: release of %d leases failed (they will expire): %s", len(leases[k:k + step]), e.message)
@@ -1073,7 +1082,8 @@ class LeaseLoop:
     def _give_back_soon(self, hs: list[_Held]) -> None:
         log.info("worker %s: giving back %d run(s) not started by their start deadline (late_start: skip): %s",
                  self.worker_id, len(hs), ", ".join(h.grant["id"] for h in hs[:5]))
-        t = asyncio.ensure_future(self._give_back(hs, "not started by its start deadline (late_start: skip)"))
+        t = asyncio.ensure_future(self._give_back(hs, "not started by its start deadline (late_start: skip)",
+                                                  not_started=True))
         self._late_backs.add(t)
         t.add_done_callback(self._late_backs.discard)
 
@@ -1223,9 +1233,9 @@ class EmbeddedChannel:
                 log.error("worker: outcomes refused as a whole: %s", e.message)
                 return None
 
-    async def release(self, leases: list[list], reason: str) -> None:
+    async def release(self, leases: list[list], reason: str, not_started: bool = False) -> None:
         await self._propose(commands.release(self.clock.now_ms(), uuid.uuid4().hex, worker=self.worker_id,
-                                             leases=leases, reason=reason))
+                                             leases=leases, reason=reason, not_started=not_started))
 
     async def close(self) -> None:
         pass

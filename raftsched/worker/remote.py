@@ -346,9 +346,10 @@ class RemoteChannel:
             self._carry.remove(carried)
             _answer(carried, None)
 
-    async def release(self, leases: list[list], reason: str) -> None:
+    async def release(self, leases: list[list], reason: str, not_started: bool = False) -> None:
         await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
-                                         deadline_s=worker_limits.release_deadline_s)
+                                         deadline_s=worker_limits.release_deadline_s,
+                                         **({"not_started": True} if not_started else {}))
 
     async def leave(self, reason: str) -> None:
         """Tell the cluster this process is going away (``POST /v1/workers/{id}/leave``): its
