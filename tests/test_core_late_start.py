@@ -23,14 +23,20 @@ def state_with(deadline: dict, **extra):
     return s
 
 
-def test_a_run_not_started_by_its_start_deadline_is_withdrawn_and_told_once():
+def told_state():
+    """A job with late_start skip whose deadline.missed and slot.missed go to a sink, its first
+    slot fired: (state, that slot's run id)."""
     from test_notify_core import WEBHOOK
     s = new_state()
     apply(s, commands.put_sink(T0, None, name="ops", spec=WEBHOOK))
     apply(s, put_cmd(s, "j", spec({"every_s": 10}, SKIP, notify=[{"sink": "ops", "on": ["deadline.missed",
                                                                                           "slot.missed"]}]), T0))
     tick(s, T0 + 10 * SEC)
-    rid = f"j@{T0 + 10 * SEC}"
+    return s, f"j@{T0 + 10 * SEC}"
+
+
+def test_a_run_not_started_by_its_start_deadline_is_withdrawn_and_told_once():
+    s, rid = told_state()
     tick(s, T0 + 14 * SEC)  # not yet: 1 s to go
     assert s.runs[rid]["state"] == "queued"
     tick(s, T0 + 15 * SEC)  # the sweep at the instant: missed, and withdrawn in the same apply
@@ -313,13 +319,7 @@ def test_runs_by_hand_and_backfills_carry_no_start_by():
 def test_a_run_leased_past_its_instant_then_given_back_is_told_as_slot_missed():
     # (found by a review: the sweep judged it missed while leased, no withdrawal said; the
     # give-back's withdrawal then said nothing)
-    from test_notify_core import WEBHOOK
-    s = new_state()
-    apply(s, commands.put_sink(T0, None, name="ops", spec=WEBHOOK))
-    apply(s, put_cmd(s, "j", spec({"every_s": 10}, SKIP, notify=[{"sink": "ops", "on": ["deadline.missed",
-                                                                                          "slot.missed"]}]), T0))
-    tick(s, T0 + 10 * SEC)
-    rid = f"j@{T0 + 10 * SEC}"
+    s, rid = told_state()
     g = acquire(s, T0 + 15 * SEC + 100)[0]  # leased past the instant, before the sweep
     tick(s, T0 + 15 * SEC + 200)
     assert rec(s, rid)["state"] == "missed" and s.runs[rid]["state"] == "running"
