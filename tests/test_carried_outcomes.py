@@ -337,3 +337,18 @@ def test_a_reporter_that_stops_waiting_does_not_break_the_lease_request_that_car
         assert [g["id"] for g in grants.runs] == ["x"]
         assert ch._carry == []
     aio(t, node)
+
+
+def test_a_release_of_runs_never_begun_goes_again_without_not_started_to_an_older_node():
+    """A node of a version before ``not_started`` refuses the field (422 naming it): the release
+    goes again without it (the runs are queued again, as before), not left to expire."""
+    refused = {"error": {"code": "invalid", "message": "unknown field; allowed: leases, reason",
+                         "field": "not_started"}}
+    node = Node(release=[(422, refused), (200, {"released": ["a@1"], "lost": []})])
+
+    async def go(ch):
+        await ch.release([["a@1", 7]], "draining", not_started=True)
+    aio(go, node)
+    bodies = [b for p, _, b in node.requests if p == "release"]
+    assert [b.get("not_started") for b in bodies] == [True, None], bodies
+    assert all(b["leases"] == [["a@1", 7]] for b in bodies)

@@ -405,6 +405,28 @@ def test_a_prefetched_run_of_a_late_start_skip_job_is_given_back_at_its_start_by
     run(t())
 
 
+def test_giving_everything_back_says_which_runs_were_never_begun():
+    """After a failure the worker gives back its held runs (never begun: ``not_started``, which a
+    late_start skip job's withdrawal reads) apart from the running ones it killed (begun)."""
+    async def t():
+        env = Env("two", "exec_targets:slow_async", runs=2, slots=1)
+        ids = await env.setup()
+        for rid in ids:
+            exec_targets.STARTED[rid] = asyncio.Event()
+        task = asyncio.create_task(env.worker.run())
+        env.worker._exec_s, env.worker._acquire_rtt_s = 0.0, 1.0  # runs seen short so far: it prefetches
+        await wait_until(lambda: env.worker._executing == 1 and len(env.worker._waiting) == 1, 5,
+                         "one run executing, one held for the slot")
+        waiting = env.worker._waiting[0].grant["id"]
+        await env.worker._give_back_all("a test's failure")
+        await stop(task)
+        rel = env.raft.ops("release")
+        flags = {lease[0]: c.get("not_started", False) for c in rel for lease in c["leases"]}
+        assert flags == {waiting: True, next(i for i in ids if i != waiting): False}, rel
+        assert env.state.runs[waiting]["attempts"][-1]["unstarted"] is True
+    run(t())
+
+
 def _not_reported_and_leases_left_to_expire(env: Env, ids: list[str]) -> None:
     """No outcome of ``ids`` was reported, and each is still running its first attempt: its
     lease expires (a lost attempt), as after a crash."""

@@ -691,7 +691,7 @@ def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:
             if run["state"] == "queued" and job is not None and skips_late(job["spec"]) and governed_late(run) \
                     and never_ran(run):
                 # (late_start: skip) it does not start late: recorded skipped, which finalises r.
-                # A lease given back counts as no start (a prefetched run, a drain).
+                # A lease its worker gave back unbegun is no start (never_ran).
                 cause = "never_started" if run.get("attempts") else _cause(s, run)
                 _miss(s, book, rid, r, now, (t, w), cause, t, final=False, withdrawn=True)
                 withdraw_late(s, run, now)

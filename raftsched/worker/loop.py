@@ -455,8 +455,10 @@ class LeaseLoop:
         tasks = [h.task for h in running if h.task and not h.task.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=self.kill_grace_s + 1)
-        if waiting or running:
-            await self._give_back(list(waiting) + running, reason)
+        if waiting:  # (never begun: said so, core/workers.py apply_release)
+            await self._give_back(list(waiting), reason, not_started=True)
+        if running:
+            await self._give_back(running, reason)
 
     async def _say_hello(self) -> None:
         """Register with the cluster; a failure is not fatal (the heartbeat loop tries again)."""
@@ -619,11 +621,11 @@ class LeaseLoop:
                 runs = await self._confirm_late(runs, late)
             except Exception:  # a bug, not a failed request (those are answered in _confirm_late)
                 log.exception("worker %s: confirming late grants failed; giving them back", self.worker_id)
-                await self._give_back([_Held(g) for g in runs], "its lease could not be confirmed")
+                await self._give_back([_Held(g) for g in runs], "its lease could not be confirmed", not_started=True)
                 return
         back = self._hold(runs, asked_at if late else None)
         if back:
-            await self._give_back(back, "draining")
+            await self._give_back(back, "draining", not_started=True)  # (granted as the drain began: never begun)
 
     def _hold(self, runs: list[dict], asked_at: float | None = None) -> list[_Held]:
         """Hold each grant: start it, or keep it until a slot frees (prefetched); returns those
@@ -785,7 +787,8 @@ class LeaseLoop:
             log.warning("worker %s: %d runs granted late, and no heartbeat confirms their leases: giving them back",
                         self.worker_id, len(late))
             late_ids = {g["id"] for g in late}
-            await self._give_back([_Held(g) for g in late], "granted late, and its lease could not be confirmed")
+            await self._give_back([_Held(g) for g in late], "granted late, and its lease could not be confirmed",
+                                  not_started=True)
             return [g for g in runs if g["id"] not in late_ids]
         gone = [g["id"] for g in runs if g["id"] in lost]
         if gone:
@@ -965,7 +968,7 @@ class LeaseLoop:
                 break
             await wait_event(h.cancel, min(left / 1000, worker_limits.slot_wait_poll_s))
         if not h.giving_back:
-            await self._give_back([h], "given up before its slot")
+            await self._give_back([h], "given up before its slot", not_started=True)
         return False
 
     def _soon_done(self, h: _Held, t0: float, done: asyncio.Future | None, out: Outcome) -> None:

@@ -347,9 +347,18 @@ class RemoteChannel:
             _answer(carried, None)
 
     async def release(self, leases: list[list], reason: str, not_started: bool = False) -> None:
-        await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
-                                         deadline_s=worker_limits.release_deadline_s,
-                                         **({"not_started": True} if not_started else {}))
+        """Give leases back (``not_started``: this worker never began them). A node of a version
+        before the field refuses it (422 naming it): the same release goes again without it, as
+        the older protocol's (the runs are queued again, counted as begun)."""
+        try:
+            await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
+                                             deadline_s=worker_limits.release_deadline_s,
+                                             **({"not_started": True} if not_started else {}))
+        except RaftschedError as e:
+            if not not_started or getattr(e, "field", None) != "not_started":
+                raise
+            await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
+                                             deadline_s=worker_limits.release_deadline_s)
 
     async def leave(self, reason: str) -> None:
         """Tell the cluster this process is going away (``POST /v1/workers/{id}/leave``): its
