@@ -1,4 +1,6 @@
-"""Cancelling one run by request (``POST /v1/runs/{id}/cancel``; docs/api.md, "Cancel a run").
+"""Ending a run that has not: by request (``POST /v1/runs/{id}/cancel``; docs/api.md), and a run of
+a job with ``deadline.late_start: skip`` that has not started by its start deadline
+(:func:`withdraw_late`; docs/notifications.md, "Deadlines").
 
 A run that has not ended can be cancelled, whatever its job does next (its job is not paused: a
 run stuck, or a slot that must not run after all). What the cancel makes of it depends on where
@@ -23,7 +25,8 @@ slot, the job, its schedule.
 
 Refused (nothing changes): a run that has ended (409 ``Conflict`` with its ``state``), a dead run
 (its place is the dead-letter queue: purge it there), a heartbeat job's slot waiting for its
-ping, and an id that names no run (404).
+ping, and an id that names no run (404). A queued run by hand with ``propagate`` that is
+cancelled never ran: its children's earlier decision for the slot stays (pipelines.withdrawn).
 """
 from __future__ import annotations
 
