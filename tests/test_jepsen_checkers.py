@@ -971,6 +971,33 @@ def test_a_slot_not_yet_due_at_the_dry_run_may_have_run_by_the_time_the_backfill
     assert verdict(d, "backfills")[0] == "valid"
 
 
+def test_a_slot_another_backfill_ran_after_leaving_it_out_as_not_yet_due_is_excused():
+    """Seed 4699: backfill 1's dry run left a slot out as not yet due, and it ran it all the same
+    (due by the time it was made); backfill 2's dry run listed that slot, then found it running and
+    left it out. Backfill 2 is done without a run of that slot, rightly."""
+    import copy
+    d = good()
+    late = T0 + 9000
+    inv = next(o for o in d["history"] if o.get("f") == "backfill" and o["type"] == "invoke")
+    op = next(o for o in d["history"] if o.get("f") == "backfill" and o["type"] == "ok")
+    op["value"]["dry"]["left_out"] = [{"slot": iso(late), "reason": "not_yet_due"}]
+    for read, mine in _backfill_runs(d):
+        read["runs"].append(dict(mine[0], id=f"a@{late}#bbf-0-1", slot_ms=late))
+    inv2, op2 = copy.deepcopy(inv), copy.deepcopy(op)
+    for o in (inv2, op2):
+        o.update(id="bf-0-2", key=o["key"] + "-2", index=o["index"] + 10_000)
+    op2["value"]["dry"] = dict(op["value"]["dry"], slots=[iso(late)], left_out=[])
+    d["history"] += [inv2, op2]
+    for read in each_read(d):
+        read["backfills"].append(dict(read["backfills"][0], id="bf-0-2"))
+    assert verdict(d, "backfills")[0] == "valid"
+    op["value"]["dry"]["left_out"] = []  # backfill 1 could not have run it: backfill 2 missed it
+    for read in each_read(d):
+        read["runs"] = [x for x in read["runs"] if x["id"] != f"a@{late}#bbf-0-1"]
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "bf-0-2 is done, but slot(s)" in ex[0], ex
+
+
 def test_a_backfill_that_definitely_did_not_happen_has_no_run():
     d = good()
     op = next(o for o in d["history"] if o.get("f") == "backfill" and o["type"] == "ok")
