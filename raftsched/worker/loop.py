@@ -631,7 +631,8 @@ class LeaseLoop:
         """Hold each grant: start it, or keep it until a slot frees (prefetched); returns those
         to give back instead (a drain or stop began), held until then. ``asked_at``: when the
         grants were asked for (their leases count from no earlier)."""
-        back = []
+        back: list[_Held] = []
+        late: list[_Held] = []  # (late_start: skip) past their start_by already: given back together
         mono, now_ms, ttl_ms = self.clock.monotonic_s(), self.clock.now_ms(), self.lease_ttl_ms
         for grant in runs:
             # When its lease was renewed, as the watchdog counts: a TTL before it ends. It ends
@@ -661,11 +662,13 @@ class LeaseLoop:
             if self.draining or self._stopping:
                 back.append(h)  # granted as the drain began: given back at once
             elif self._too_late(grant):
-                self._give_back_soon([h])  # (late_start: skip) past its start_by already
+                late.append(h)
             elif self._executing + self.lingering < self.slots:
                 self._start(h)
             else:
                 self._waiting.append(h)  # prefetched: starts when a slot frees
+        if late:
+            self._give_back_soon(late)
         return back
 
     async def _placed(self) -> None:
@@ -1052,6 +1055,7 @@ class LeaseLoop:
 
     def _start_waiting(self) -> None:
         """Start the next run waiting for a slot (prefetched), if a slot is free."""
+        late: list[_Held] = []  # (late_start: skip) past their start_by: given back together
         while (self._waiting and not self._stopping and not self.draining
                and self._executing + self.lingering < self.slots):
             nxt = self._waiting.popleft()
@@ -1061,10 +1065,12 @@ class LeaseLoop:
                 self._release(nxt)
                 continue
             if self._too_late(nxt.grant):
-                self._give_back_soon([nxt])
+                late.append(nxt)
                 continue
             self._start(nxt)
             break
+        if late:
+            self._give_back_soon(late)
 
     def _too_late(self, grant: dict) -> bool:
         """Whether a grant of a job with ``late_start: skip`` has passed its ``start_by`` (the
