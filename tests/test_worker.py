@@ -427,6 +427,36 @@ def test_giving_everything_back_says_which_runs_were_never_begun():
     run(t())
 
 
+def test_a_run_held_behind_runs_that_turned_long_is_given_back_for_another_worker():
+    """A worker prefetched while its runs were short, then its slots filled with runs that did
+    not end: the run it held waited behind them (for as long as they ran) while another worker
+    sat idle. Past prefetch_wait_s_min it gives the run back unbegun and asks for none while
+    its slots hold long runs; another worker starts it."""
+    async def t():
+        env = Env("turned-long", "exec_targets:slow_async", runs=2, slots=1, lease_ttl_ms=3_000)
+        ids = await env.setup()
+        for rid in ids:
+            exec_targets.STARTED[rid] = asyncio.Event()
+        task = asyncio.create_task(env.worker.run())
+        env.worker._exec_s, env.worker._acquire_rtt_s = 0.0, 0.01  # runs seen short so far: it prefetches
+        await wait_until(lambda: env.worker._executing == 1 and len(env.worker._waiting) == 1, 5,
+                         "one run executing, one held for the slot")
+        held = env.worker._waiting[0].grant["id"]
+        long_run = next(i for i in ids if i != held)
+        await wait_until(lambda: env.state.runs[held]["state"] == "queued", 10, "the held run given back")
+        r = env.state.runs[held]
+        assert r["attempt"] == 2 and r["attempts"][-1]["unstarted"] is True, r
+        assert env.worker._prefetch() == 0  # its one slot holds a run longer than a round trip
+        other = Worker(env.raft, env.clock, "node-2", sandbox=None, slots=1, single_node=True, poll_interval_s=0.01)
+        task2 = asyncio.create_task(other.run())
+        await asyncio.wait_for(exec_targets.STARTED[held].wait(), 5)
+        assert env.state.runs[held]["worker"] == other.worker_id
+        assert env.state.runs[long_run]["worker"] == env.worker.worker_id
+        await stop(task)
+        await stop(task2)
+    run(t())
+
+
 def _not_reported_and_leases_left_to_expire(env: Env, ids: list[str]) -> None:
     """No outcome of ``ids`` was reported, and each is still running its first attempt: its
     lease expires (a lost attempt), as after a crash."""

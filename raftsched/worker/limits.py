@@ -118,6 +118,12 @@ lease_watchdog_interval_s = 0.1
 slot_wait_poll_s = 0.05
 #: A wait for a slot at least this long is logged (shorter ones are the clocks' noise).
 slot_wait_logged_ms = 100
+#: A run held for a slot (prefetched) that has waited this long, and this many acquire round
+#: trips, while every slot stays taken is given back for another worker to start (its worker's
+#: runs turned long after it was prefetched). A prefetched run normally waits less than a round
+#: trip: prefetching is on only while runs end faster than one.
+prefetch_wait_s_min = 1.0
+prefetch_wait_rtts = 4
 #: How long a stopping worker waits, beyond the kill grace of its runs, for them to end and for
 #: their reports to be answered.
 stop_report_grace_s = 2.0

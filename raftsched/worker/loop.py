@@ -17,8 +17,9 @@ trigger loop and the log.
   It asks for no more runs than it has free slots, plus, while its runs end faster than an
   acquire's round trip through the log, as many again (prefetch): those wait for a slot, in the
   order granted, with their leases renewed. Runs slower than that round trip turn prefetching
-  off, so a run waits behind long ones only if it was prefetched just before the runs turned
-  slow.
+  off, and so do runs still executing past it, slot by slot; a run prefetched just before the
+  runs turned slow is given back unbegun (``release`` with ``not_started``) once it has waited
+  prefetch_wait_s_min (worker/limits.py) with every slot still taken: another worker starts it.
 - Outcomes are reported in batches (``complete_many``), and the acquire for the slots they
   free goes out in the same turn of the event loop, so both travel in one log entry (and, for
   a remote worker, in one request: worker/remote.py).
@@ -198,7 +199,7 @@ def _log_failure(t: asyncio.Future) -> None:
 
 class _Held:
     __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "kill_unreported", "ctx", "reporting",
-                 "renewed")
+                 "renewed", "since")
 
     def __init__(self, grant: dict, renewed: float = 0.0) -> None:
         self.grant = grant
@@ -220,6 +221,9 @@ class _Held:
         self.kill_unreported = False
         #: the run is over and its outcome on its way (the outbox, or a report in flight)
         self.reporting = False
+        #: by the loop's monotonic clock: since when it waits for a slot (prefetched), then since
+        #: when it executes (``_unstick`` reads both)
+        self.since = 0.0
 
 
 class LeaseLoop:
@@ -252,8 +256,9 @@ class LeaseLoop:
         self.held: dict[str, _Held] = {}
         #: the tasks of earlier attempts of runs granted again, killed, until they end
         self._superseded: set[asyncio.Task] = set()
-        #: give-backs of runs past their start_by (late_start: skip) on their way
-        self._late_backs: set[asyncio.Future] = set()
+        #: give-backs of held runs on their way: past their start_by (late_start: skip), or held for a
+        #: slot that did not free (``_unstick``)
+        self._backs: set[asyncio.Future] = set()
         self._session: aiohttp.ClientSession | None = None
         #: outcomes not yet sent, oldest first, and since when the oldest waits
         self._outbox: collections.deque[tuple[dict, _Held]] = collections.deque()
@@ -273,6 +278,9 @@ class LeaseLoop:
         #: moving averages of how long a run executes and an acquire takes (None: not seen yet)
         self._exec_s: float | None = None
         self._acquire_rtt_s: float | None = None
+        #: slots taken by runs executing for longer than an acquire's round trip, and by threads
+        #: that outlived their runs, when the heartbeat loop last looked (``_unstick``)
+        self._long = 0
         self._acquiring: set[asyncio.Task] = set()
         #: grants of answered acquires being started, held or given back (``_place``)
         self._placing: set[asyncio.Future] = set()
@@ -308,7 +316,7 @@ class LeaseLoop:
         """This worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
         prefetched, or finished with their report on its way), ``completed`` (attempts reported
         and accepted), ``refused`` (reports refused for a stale token), ``released`` (leases
-        given back: a drain, or late grants whose lease could not be confirmed), ``waited_for_slot``, ``late_grants`` and ``late_grants_gone``
+        given back: a drain, late grants whose lease could not be confirmed, runs held for a slot that did not free), ``waited_for_slot``, ``late_grants`` and ``late_grants_gone``
         (``_confirm_late``), ``draining`` and ``executes`` (whether it takes runs now: not
         while it leads a cluster of several, unless told to, nor while draining)."""
         return {"id": self.worker_id, "slots": self.slots, "running": len(self.held),
@@ -416,7 +424,7 @@ class LeaseLoop:
             h.cancel.set()
         tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
         tasks += [t for t in self._superseded if not t.done()]  # (killed when superseded)
-        tasks += [t for t in self._late_backs if not t.done()]  # (give-backs past start_by on their way)
+        tasks += [t for t in self._backs if not t.done()]  # (give-backs of held runs on their way)
         grace_s = self.kill_grace_s + worker_limits.stop_report_grace_s
         deadline = self.clock.monotonic_s() + grace_s
         if tasks:
@@ -516,10 +524,39 @@ class LeaseLoop:
         slots while its runs end faster than an acquire's round trip (they would otherwise sit
         idle for most of it, and the round trip, not the slots, would bound the rate), none
         while they take longer (a run must not wait behind long ones when another worker could
-        start it)."""
+        start it). The runs that have ended say how long runs take; the slots taken by runs
+        still executing past a round trip (``_long``) are no slots short runs free, and count
+        out: a worker whose every slot holds a run that has not ended prefetches nothing, however
+        short its runs used to be."""
         if self._exec_s is None or self._acquire_rtt_s is None or self._exec_s >= self._acquire_rtt_s:
             return 0
-        return self.slots
+        return max(0, self.slots - self._long)
+
+    def _unstick(self) -> None:
+        """Looked at once a heartbeat interval: count the slots taken by long runs (``_long``,
+        for ``_prefetch``), and give back the runs held for a slot (prefetched) that have waited
+        for one longer than prefetch_wait_s_min or prefetch_wait_rtts round trips (worker/limits.py)
+        while every slot stays taken: the runs ahead of them turned long, and another worker
+        with a free slot starts them now (``release`` with ``not_started``: queued again, due
+        now, no attempt spent; a job's late_start skip withdraws one past its start_by)."""
+        rtt = self._acquire_rtt_s
+        now = self.clock.monotonic_s()
+        self._long = self.lingering + (0 if rtt is None else sum(
+            1 for h in self.held.values() if h.executing and now - h.since >= rtt))
+        if not self._waiting or self._executing + self.lingering < self.slots or self._stopping or self.draining:
+            return
+        bound = max(worker_limits.prefetch_wait_s_min, worker_limits.prefetch_wait_rtts * (rtt or 0.0))
+        stuck = [h for h in self._waiting if not h.cancel.is_set() and now - h.since >= bound]
+        if not stuck:
+            return
+        for h in stuck:
+            self._waiting.remove(h)
+        log.info("worker %s: giving back %d run(s) held %.1f s or more for a slot that did not free (the runs ahead "
+                 "of them run long): %s", self.worker_id, len(stuck), bound, ", ".join(h.grant["id"] for h in stuck[:5]))
+        t = asyncio.ensure_future(self._give_back(stuck, "no slot of this worker freed for it in time", not_started=True))
+        self._backs.add(t)
+        t.add_done_callback(self._backs.discard)
+        self._wake.set()
 
     def _unanswered(self, sent: float, e: RaftschedError) -> None:
         """An acquire sent at ``sent`` failed. When no node could take it (Unavailable,
@@ -666,6 +703,7 @@ class LeaseLoop:
             elif self._executing + self.lingering < self.slots:
                 self._start(h)
             else:
+                h.since = mono
                 self._waiting.append(h)  # prefetched: starts when a slot frees
         if late:
             self._give_back_soon(late)
@@ -698,6 +736,7 @@ class LeaseLoop:
             if not self.held:
                 continue
             self._give_back_late()
+            self._unstick()
             await self._heartbeat_once()
 
     async def _heartbeat_once(self, extra: list[list] | None = None) -> set[str] | None:
@@ -850,10 +889,10 @@ class LeaseLoop:
         running = [h for h in self.held.values() if h.executing]
         await self._kill_and_give_back(running, f"still running after the drain time ({drain_s:g} s)")
         # What finished is reported by the loop (it flushes the outbox); wait for that, and for
-        # the give-backs of runs past their start_by on their way.
+        # the give-backs of held runs on their way.
         deadline = self.clock.monotonic_s() + worker_limits.stop_report_grace_s
-        if self._late_backs:
-            await asyncio.wait(list(self._late_backs), timeout=worker_limits.stop_report_grace_s)
+        if self._backs:
+            await asyncio.wait(list(self._backs), timeout=worker_limits.stop_report_grace_s)
         while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
             self._wake.set()
             await asyncio.sleep(0.01)  # ok-sleep: polling inside a deadline; the pump flushes
@@ -891,7 +930,7 @@ class LeaseLoop:
         h.executing = True
         self._executing += 1
         g = h.grant
-        t0 = self.clock.monotonic_s()
+        h.since = t0 = self.clock.monotonic_s()
         early = self._early_ms(g) > 0
         try:
             if g.get("executor") is not None:
@@ -1093,8 +1132,8 @@ class LeaseLoop:
                  self.worker_id, len(hs), ", ".join(h.grant["id"] for h in hs[:5]))
         t = asyncio.ensure_future(self._give_back(hs, "not started by its start deadline (late_start: skip)",
                                                   not_started=True))
-        self._late_backs.add(t)
-        t.add_done_callback(self._late_backs.discard)
+        self._backs.add(t)
+        t.add_done_callback(self._backs.discard)
 
     def _release(self, h: _Held) -> None:
         """Forget a lease: its run was reported, or will never be (then the lease expires)."""
