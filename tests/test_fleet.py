@@ -1199,3 +1199,74 @@ def test_a_dry_runs_audit_record_says_it_was_one(tmp_path):
     batch = [r["target"] for r in recs if r["route"] == "/v1/jobs:batch"]
     assert batch == [{"dry_run": "true"}, {}], recs
     assert [r["target"] for r in recs if r["route"].endswith("/backfills")] == [{"name": "k", "dry_run": "true"}]
+
+
+def test_a_put_says_at_once_when_no_live_worker_may_take_its_jobs_runs():
+    """A walk: a job put with a placement no live worker carried (a typo in a label) was told of
+    only when its first run had waited a minute (run.unplaceable). The PUT and the batch now
+    answer with a warning naming the field when a queued run of the job would show waiting_for
+    now; the job is written all the same (its worker may register after it)."""
+    async def t(env, c):
+        await lease(c, "eu-1", wait_s=0, labels={"region": "eu"}, queues=["default"],
+                    targets=["builtins:id", "app:report"])
+
+        async def put(name, spec):
+            r = await c.put(f"/v1/jobs/{name}", data=json.dumps(spec), headers=AUTH)
+            assert r.status in (200, 201), await r.text()
+            return await r.json()
+
+        typo = await put("typo", dict(SPEC, placement={"labels": {"region": "ue"}}))
+        (line,) = typo["warnings"]
+        assert line.startswith("placement: no live worker serving queue 'default' for python runs") \
+            and '{"region": "ue"}' in line and "run.unplaceable" in line, line
+        assert "typo" in env.state.jobs  # written all the same
+        assert "warnings" not in await put("fits", dict(SPEC, placement={"labels": {"region": "eu"}}))
+        assert "warnings" not in await put("plain", SPEC)  # no placement, no restricted worker: any worker
+        other_q = await put("other-q", dict(SPEC, queue="gpu", placement={"labels": {"region": "eu"}}))
+        assert "queue 'gpu'" in other_q["warnings"][0]
+        beat = {"schedule": {"every_s": 60}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"},
+                "deadline": {"succeed_within_s": 120}}
+        # (a live worker limited to its handlers' targets judges jobs without placement too)
+        assert "warnings" not in await put("beat", beat)  # pinged, never leased
+        # A target the live worker of its app has no handler for.
+        old_app = dict(SPEC, executor={"type": "python", "target": "app:new_report"},
+                       placement={"labels": {"region": "eu"}})
+        assert (await put("new", old_app))["warnings"][0].startswith(
+            "executor.target: no live worker has a handler for 'app:new_report'")
+        # The batch says it on the job it concerns, and nothing on the others.
+        b = await post(c, "/v1/jobs:batch", {"jobs": {"b-typo": dict(SPEC, placement={"labels": {"region": "ue"}}),
+                                                      "b-fits": dict(SPEC, placement={"labels": {"region": "eu"}})}})
+        assert b["jobs"]["b-typo"]["warnings"][0].startswith("placement: no live worker") \
+            and "warnings" not in b["jobs"]["b-fits"], b
+        dry = await post(c, "/v1/jobs:batch", {"dry_run": True, "jobs": {
+            "b-typo": dict(SPEC, placement={"labels": {"region": "ue"}}), "plain": SPEC}})
+        assert dry["jobs"]["b-typo"]["warnings"][0].startswith("placement: no live worker") \
+            and "warnings" not in dry["jobs"]["plain"], dry
+        # Once a worker with the labels is live, the same PUT says nothing (the node reads the
+        # live workers again at most once a second for these warnings).
+        await lease(c, "ue-1", wait_s=0, labels={"region": "ue"})
+        deadline = time.monotonic() + 5
+        while "warnings" in await put("typo", dict(SPEC, placement={"labels": {"region": "ue"}})):
+            assert time.monotonic() < deadline, "the warning outlived the worker's registration"
+            await asyncio.sleep(0.05)  # ok-sleep: polling interval inside a deadline loop
+    run(t)
+
+
+def test_a_put_whose_warnings_cannot_be_read_answers_the_applied_write_without_them(monkeypatch, caplog):
+    """The warnings are read after the job was written: a failure there answered 500 for an
+    applied write, which a client takes for not applied."""
+    from raftsched.core import queries
+
+    def broken(live, specs):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(queries, "waits_for_worker", broken)
+
+    async def t(env, c):
+        r = await c.put("/v1/jobs/j", data=json.dumps(dict(SPEC, placement={"labels": {"region": "ue"}})),
+                        headers=AUTH)
+        assert r.status == 201, await r.text()
+        assert "warnings" not in await r.json() and "j" in env.state.jobs
+        b = await post(c, "/v1/jobs:batch", {"jobs": {"k": SPEC}})
+        assert b["jobs"]["k"]["created"] is True and "warnings" not in b["jobs"]["k"], b
+    run(t)
+    assert "could not be read" in caplog.text

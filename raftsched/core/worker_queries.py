@@ -251,6 +251,28 @@ def waiting_for(s: SchedulerState, run_id: str, now_ms: int) -> str | None:
 
 
 
+def waits_for_worker(live: list[LiveWorker], specs: list[Record]) -> list[str | None]:
+    """For each of ``specs`` (validated job specs), what ``waiting_for`` would say of a queued run
+    of its job among the ``live`` workers (:func:`live_workers`; a PUT's warning: node/service.py):
+    :data:`NO_WORKER_MATCHES` or :data:`NO_HANDLER`, or None when some live worker may take it,
+    or when nothing waits for placement (as waiting_for: a spec without placement while no live
+    worker is restricted) or for a worker at all (a heartbeat job's runs are pinged, not leased).
+    Pure; one judgement for specs alike (a batch's thousand jobs of one app)."""
+    memo: dict[tuple[Any, ...], str | None] = {}
+    out: list[str | None] = []
+    for spec in specs:
+        ex = spec["executor"]
+        if ex["type"] == "heartbeat" or not _judged(spec, live):
+            out.append(None)
+            continue
+        q, tenant = spec["queue"], spec["tenant"]
+        key = (q, ex["type"], ex.get("target"), tenant, repr(spec.get("placement")))
+        if key not in memo:
+            memo[key] = _why_waiting(live, q, spec, tenant)
+        out.append(memo[key])
+    return out
+
+
 def live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
     """The live workers as :func:`waiting_for_many` judges runs against them (a walk of the
     registry: a caller deciding runs in several calls builds it once)."""

@@ -251,6 +251,10 @@ put_jobs_in_flight_max = 8
 #: planned again from the newer view and proposed again, up to this many times, under a request
 #: id derived from the first (so a retried request replays each attempt).
 stale_replans_max = 3
+#: A PUT's (or a batch's) warning that no live worker may take the job's runs reads the live
+#: workers at most this often (node/service.py _live_workers): a walk of the registry each PUT
+#: would cost a registration by PUTs ~10 ms a job with 10 000 workers.
+live_workers_reuse_s = 1.0
 #: bytes kept free in a put_jobs command for its envelope (v, op, now, rid, the jobs key, the
 #: list header),
 put_jobs_envelope_bytes = 256

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import ipaddress
+import logging
 import uuid
 from urllib.parse import urlsplit
 
@@ -33,6 +34,8 @@ from .reads import ReadBarrier
 from . import limits as node_limits
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import deadline_view, job_view, lock_view, policy_view, run_view, spec_view, tenant_view
+
+log = logging.getLogger("raftsched.api")
 
 
 #: How many runs of one instant ``explain`` with a slot lists (GET /v1/jobs/{name}/runs?slot= lists
@@ -88,6 +91,8 @@ class Service:
         #: GET /v1/queues's counts of ready and unplaceable runs: one walk for the polls that
         #: arrive together
         self._queue_walk = SingleFlight()
+        #: (monotonic time, the live workers) read last for a PUT's warnings (``_live_workers``)
+        self._live_read: tuple[float, list] | None = None
         #: Every consistent read of this node's API waits on this (node/reads.py).
         self.reads = ReadBarrier(raft, propose_timeout_s)
 
@@ -304,16 +309,41 @@ class Service:
         out = self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
         if res.get("paused"):  # (this put paused it: a job paused already is not said to be)
             out["paused"] = True
-        warnings = self._warnings(spec, tenants)
+        warnings = self._told_after_write([spec], tenants)[0]
         if warnings:
             # Accepted (a sink may be put after its jobs), but a typo would silently tell no one.
             out["warnings"] = warnings
         return out
 
-    def _warnings(self, spec: dict, tenants: frozenset | None) -> list[str]:
+    def _told_after_write(self, specs: list[dict], tenants: frozenset | None) -> list[list[str]]:
+        """The warnings of each of ``specs``, just written: a bug reading them must not answer an
+        error for a write that was applied (the client would take it for not applied), so it is
+        logged and the answer has none."""
+        try:
+            return [self._warnings(spec, tenants, why)
+                    for spec, why in zip(specs, queries.waits_for_worker(self._live_workers(), specs))]
+        except Exception:
+            log.exception("api: the warnings of %d written job(s) could not be read; answered without them",
+                          len(specs))
+            return [[] for _ in specs]
+
+    def _warnings(self, spec: dict, tenants: frozenset | None, waits: str | None = None) -> list[str]:
         """What a PUT of ``spec`` accepts but says: routes that reach no sink, a URL its runs
-        may not call."""
-        return self._route_warnings(spec, tenants) + self._network_warnings(spec, tenants) + _heartbeat_warnings(spec)
+        may not call, no live worker that may take its runs (``waits``: queries.waits_for_worker's
+        answer for it)."""
+        return (self._route_warnings(spec, tenants) + self._network_warnings(spec, tenants)
+                + _heartbeat_warnings(spec) + _worker_warnings(spec, waits))
+
+    def _live_workers(self) -> list:
+        """The live workers as a PUT's warning judges them (queries.live_workers), read at most once
+        every node_limits.live_workers_reuse_s: a walk of the registry (10 000 workers: ~10 ms
+        under the replica's lock) once a PUT would cost a registration by PUTs that much each; a
+        warning a second behind the registry is as good."""
+        mono = self.clock.monotonic_s()
+        held = self._live_read
+        if held is None or mono - held[0] >= node_limits.live_workers_reuse_s:
+            held = self._live_read = (mono, self.read(queries.live_workers, self.clock.now_ms()))
+        return held[1]
 
     def _network_warnings(self, spec: dict, tenants: frozenset | None) -> list[str]:
         """For a job written by a token limited to ``tenants`` (its tenant's network policy holds
@@ -482,13 +512,12 @@ class Service:
         out = batch.merge(jobs_raw, chunks, results, key)
         if paused:
             out["paused"] = True  # (every job of the batch is paused, created or replaced)
-        for name, res in out["jobs"].items():
+        written = [name for name, res in out["jobs"].items() if "error" not in res and name in specs]
+        for name, warnings in zip(written, self._told_after_write([specs[name] for name in written], tenants)):
             # As a PUT says it: a route to a sink its events will not reach is accepted (a sink
             # may be put after its jobs), with a warning on that job's result.
-            if "error" not in res and name in specs:
-                warnings = self._warnings(specs[name], tenants)
-                if warnings:
-                    res["warnings"] = warnings
+            if warnings:
+                out["jobs"][name]["warnings"] = warnings
         return out
 
     def _check_tenant_room(self, specs: dict[str, dict]) -> None:
@@ -518,6 +547,7 @@ class Service:
         out: dict[str, dict] = {}
         counts = {"create": 0, "replace": 0, "unchanged": 0, "conflict": 0}
         budget = [node_limits.dry_run_values_bytes_max]  # the values the answer still shows
+        told: list[tuple[dict, dict]] = []  # (result, spec) of the jobs whose warnings it says
         for k, name in enumerate(jobs_raw):
             if k and k % node_limits.batch_validate_step == 0:
                 await asyncio.sleep(0)  # a yield, not a wait
@@ -552,10 +582,13 @@ class Service:
                 elif old is not None and old["paused"]:
                     res["paused_in_cluster"] = True  # (the batch leaves it paused: a drift to see)
                 res["next_slot"] = schedule.iso(self._position(name, spec.get("schedule"), now, memo)[2])
-                warnings = self._warnings(spec, tenants)
-                if warnings:
-                    res["warnings"] = warnings
+                told.append((res, spec))
             out[name] = res
+        # The warnings the batch would answer (the live workers read once for them all).
+        for (res, spec), why in zip(told, queries.waits_for_worker(self._live_workers(), [sp for _, sp in told])):
+            warnings = self._warnings(spec, tenants, why)
+            if warnings:
+                res["warnings"] = warnings
         answer = {"dry_run": True, "jobs": out, "create": counts["create"], "replace": counts["replace"],
                   "unchanged": counts["unchanged"], "conflicts": counts["conflict"]}
         if budget[0] < 0:
@@ -1317,6 +1350,29 @@ class Service:
                 if v["id"] in why:
                     v["waiting_for"] = why[v["id"]]
         return out
+
+
+def _worker_warnings(spec: dict, waits: str | None) -> list[str]:
+    """A line when no live worker may take the runs of a job of ``spec`` now (``waits``: what a
+    queued run's ``waiting_for`` would say, queries.waits_for_worker): accepted (the worker may
+    register after its jobs are put), but its runs wait queued until one does, and
+    ``run.unplaceable`` tells of one only once it waited limits.unplaceable_report_ms."""
+    if waits is None:
+        return []
+    later = (f"run.unplaceable tells of a run that waited {limits.unplaceable_report_ms // 1000} s; "
+             "GET /v1/workers lists the live workers and their labels")
+    if waits == queries.NO_HANDLER:
+        return [f"executor.target: no live worker has a handler for {spec['executor'].get('target')!r} (the "
+                f"workers of its app run a version without it): its runs wait for one, for "
+                f"{limits.handler_wait_ms // 60_000} minutes from their due; {later}"]
+    labels = (spec.get("placement") or {}).get("labels")
+    what = (f"carries the labels {json.dumps(labels, sort_keys=True)}" if labels
+            else "takes runs without a placement (the live ones are dedicated to their labels, limited to tenants "
+                 "or to their app's handlers)")
+    tenant = spec["tenant"]
+    return [f"{'placement' if labels else 'queue'}: no live worker serving queue {spec['queue']!r} "
+            f"for {spec['executor']['type']} runs{'' if tenant == 'default' else f' of tenant {tenant!r}'} "
+            f"{what}: its runs wait queued until one registers; {later}"]
 
 
 def _heartbeat_warnings(spec: dict) -> list[str]:
