@@ -189,6 +189,8 @@ def test_a_pipeline_child_decides_the_slot_when_its_parent_is_cancelled():
     tick(s, T0 + 12 * SEC)
     b = s.runs.get(f"b@{T0 + 10 * SEC}")
     assert b is not None and b["state"] == "skipped" and b["reason"].startswith("upstream"), b
+    # It says its parent was cancelled, not only that the parent's slot was recorded skipped.
+    assert b["error"] == f"{rid} was recorded skipped (cancelled)", b
     assert restored(s).snapshot() == s.snapshot()
 
 

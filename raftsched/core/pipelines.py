@@ -813,7 +813,9 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
                 if quiet is None:
                     quiet = f"{info[1]} was not needed (upstream_succeeded)"
                 continue
-            _decide(s, c, slot, "upstream_missed", f"{info[1]} was recorded {info[0]}", now, work)
+            # (with why, where the record says: a run cancelled, withdrawn by late_start, a misfire)
+            said = f" ({rec['reason']})" if rec is not None and rec.get("reason") else ""
+            _decide(s, c, slot, "upstream_missed", f"{info[1]} was recorded {info[0]}{said}", now, work)
             return
         if not ok:
             if e["on"] == "failure":  # (the only outcome that fails it: a success)
