@@ -135,15 +135,16 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     page.wait_for_selector("#timeline .cell.queued.deadline_missed[title*='deadline missed']")
     page.goto(url + "/ui/#/cluster")
     page.wait_for_selector("#data td:has-text('ui-late')")
-    # Its queued run, cancelled from the run's page: recorded skipped, and the page says by whom.
+    # Its queued run, cancelled from the run's page with a reason: recorded skipped, and the page
+    # says why.
     queued = [r["id"] for r in http("GET", url + "/v1/jobs/ui-late/runs", None, token)[1]["runs"]
               if r["state"] == "queued"][0]
     page.goto(url + "/ui/#/run/" + quote(queued, safe=""))
-    page.once("dialog", lambda d: d.accept())
+    page.once("dialog", lambda d: d.accept("  no worker has that pool  "))
     page.click("button[data-action='cancel']")
     wait_for(lambda: http("GET", url + "/v1/runs/" + quote(queued, safe=""), None, token)[1]["state"] == "skipped",
              10, "the run cancelled")
-    assert page.wait_for_selector("#run-why").inner_text() == "cancelled: cancelled by request"
+    assert page.wait_for_selector("#run-why").inner_text() == "cancelled: cancelled by request: no worker has that pool"
 
     # A dead run, requeued from the page: it runs again (a second attempt).
     failing = {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["sh", "-c", "exit 3"]},

@@ -74,12 +74,19 @@ const get = (path) => api("GET", path);
 const may = (scope) => !!(app.me && app.me.scopes.includes(scope));
 
 // An action: hidden without the scope, confirmed first, then the page refreshed.
-function action(label, scope, question, run) {
+// A button that asks first: a yes or no, or with `why`, a reason in words (optional; run gets it,
+// "" for none; Cancel in the dialog does nothing).
+function action(label, scope, question, run, why = false) {
   if (!may(scope)) return null;
   return h("button", { class: "act", type: "button", "data-action": label, onclick: async (ev) => {
-    if (!window.confirm(question)) return;
+    let said = "";
+    if (why) {
+      const got = window.prompt(question + "\n\nWhy (optional, shown on the run):", "");
+      if (got === null) return;
+      said = got.trim();
+    } else if (!window.confirm(question)) return;
     ev.target.disabled = true;
-    try { await run(); flash(""); } catch (e) { flash(`${label} failed: ${e.message}`); }
+    try { await run(said); flash(""); } catch (e) { flash(`${label} failed: ${e.message}`); }
     await refresh();
   } }, label);
 }
@@ -424,7 +431,7 @@ pages.run = {
     const cancel = r.state === "queued" || r.state === "running" ? action("cancel", "jobs.write", r.state === "running"
       ? `Cancel ${r.id}? It ends failed and is not retried; its worker stops it at its next heartbeat.`
       : `Cancel ${r.id}? It does not run: its slot is recorded skipped (cancelled).`,
-    () => api("POST", `/v1/runs/${encodeURIComponent(r.id)}/cancel`)) : null;
+    (reason) => api("POST", `/v1/runs/${encodeURIComponent(r.id)}/cancel`, reason ? { reason } : undefined), true) : null;
     area.replaceChildren(h("h1", {}, "Run ", r.id), h("p", {}, pill(r.state), " job ",
       h("a", { href: "#/job/" + encodeURIComponent(r.job) }, r.job), ` · slot ${r.slot} · attempt ${fmt(r.attempt)}`,
       cancel ? [" ", cancel] : null),
