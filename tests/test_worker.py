@@ -457,6 +457,21 @@ def test_a_run_held_behind_runs_that_turned_long_is_given_back_for_another_worke
     run(t())
 
 
+def test_an_acquire_sent_while_idle_is_not_taken_for_a_round_trip():
+    """A remote worker's request sent while it had no work waits at the node until work comes (up
+    to its wait_s): taken for a round trip, one such answer made the estimate seconds long, and
+    with it prefetching for runs of seconds and giving back held runs only after ~80 s."""
+    async def t():
+        env = Env("idle", "exec_targets:record_async", runs=1, slots=1, delay_s=0.3)
+        await env.setup()
+        env.worker._idle, env.worker._acquire_rtt_s = True, 0.01  # its last request got nothing
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: env.worker.completed == 1, 10, "the run")
+        await stop(task)
+        assert env.worker._acquire_rtt_s == 0.01, env.worker._acquire_rtt_s
+    run(t())
+
+
 def _not_reported_and_leases_left_to_expire(env: Env, ids: list[str]) -> None:
     """No outcome of ``ids`` was reported, and each is still running its first attempt: its
     lease expires (a lost attempt), as after a crash."""

@@ -124,6 +124,8 @@ slot_wait_logged_ms = 100
 #: trip: prefetching is on only while runs end faster than one.
 prefetch_wait_s_min = 1.0
 prefetch_wait_rtts = 4
+#: ... but never more than this, whatever the round trips measured.
+prefetch_wait_s_max = 5.0
 #: How long a stopping worker waits, beyond the kill grace of its runs, for them to end and for
 #: their reports to be answered.
 stop_report_grace_s = 2.0

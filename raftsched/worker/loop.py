@@ -19,7 +19,8 @@ trigger loop and the log.
   order granted, with their leases renewed. Runs slower than that round trip turn prefetching
   off, and so do runs still executing past it, slot by slot; a run prefetched just before the
   runs turned slow is given back unbegun (``release`` with ``not_started``) once it has waited
-  prefetch_wait_s_min (worker/limits.py) with every slot still taken: another worker starts it.
+  prefetch_wait_s_min (worker/limits.py) or more with every slot still taken: queued again, for
+  a worker with a free slot.
 - Outcomes are reported in batches (``complete_many``), and the acquire for the slots they
   free goes out in the same turn of the event loop, so both travel in one log entry (and, for
   a remote worker, in one request: worker/remote.py).
@@ -535,22 +536,28 @@ class LeaseLoop:
     def _unstick(self) -> None:
         """Looked at once a heartbeat interval: count the slots taken by long runs (``_long``,
         for ``_prefetch``), and give back the runs held for a slot (prefetched) that have waited
-        for one longer than prefetch_wait_s_min or prefetch_wait_rtts round trips (worker/limits.py)
-        while every slot stays taken: the runs ahead of them turned long, and another worker
-        with a free slot starts them now (``release`` with ``not_started``: queued again, due
-        now, no attempt spent; a job's late_start skip withdraws one past its start_by)."""
+        for one longer than prefetch_wait_s_min or prefetch_wait_rtts round trips (at most
+        prefetch_wait_s_max; worker/limits.py) while every slot stays taken: the runs ahead of them
+        turned long, and a worker with a free slot starts them now (``release`` with
+        ``not_started``: queued again, due now, no attempt spent; a job's late_start skip withdraws
+        one past its start_by). Until the next look this worker prefetches nothing, so the acquire
+        that may ride with the release is not granted them back."""
         rtt = self._acquire_rtt_s
         now = self.clock.monotonic_s()
         self._long = self.lingering + (0 if rtt is None else sum(
             1 for h in self.held.values() if h.executing and now - h.since >= rtt))
         if not self._waiting or self._executing + self.lingering < self.slots or self._stopping or self.draining:
             return
-        bound = max(worker_limits.prefetch_wait_s_min, worker_limits.prefetch_wait_rtts * (rtt or 0.0))
+        bound = max(worker_limits.prefetch_wait_s_min,
+                    min(worker_limits.prefetch_wait_rtts * (rtt or 0.0), worker_limits.prefetch_wait_s_max))
         stuck = [h for h in self._waiting if not h.cancel.is_set() and now - h.since >= bound]
         if not stuck:
             return
         for h in stuck:
             self._waiting.remove(h)
+        # No prefetch until the next look counts the slots again: an acquire riding with this
+        # release would otherwise be granted the runs given back (due now) at once.
+        self._long = self.slots
         log.info("worker %s: giving back %d run(s) held %.1f s or more for a slot that did not free (the runs ahead "
                  "of them run long): %s", self.worker_id, len(stuck), bound, ", ".join(h.grant["id"] for h in stuck[:5]))
         t = asyncio.ensure_future(self._give_back(stuck, "no slot of this worker freed for it in time", not_started=True))
@@ -600,6 +607,9 @@ class LeaseLoop:
         run granted. Backs off after a failure, or when nothing was granted (ready entries were
         stale or rate-limited), rather than spin on the log."""
         sent = self.clock.monotonic_s()  # a fresh lease counts from when it was asked for
+        # Sent while idle: a remote worker's request then waits at the node for work (up to its
+        # wait_s), which is no round trip: its time is not taken for one (_prefetch, _unstick).
+        idle = self._idle
         # Only runs of executor types this worker runs: a node started with --executors http
         # leaves shell runs to the nodes that take them.
         types = sorted(self.allowed_types) if self.allowed_types != ALL_TYPES else None
@@ -623,7 +633,8 @@ class LeaseLoop:
             self._idle = False
             self._acquire_after = 0.0
             rtt = self.clock.monotonic_s() - sent
-            self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + worker_limits.ewma_weight * (rtt - self._acquire_rtt_s)
+            if not idle:
+                self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + worker_limits.ewma_weight * (rtt - self._acquire_rtt_s)
             try:
                 late = self._late_among(runs, getattr(res, "transit_ms", None))
             except Exception:  # a bug in judging lateness must not cost the grants: held as before
@@ -734,6 +745,7 @@ class LeaseLoop:
             if not self.channel.registered():
                 await self._say_hello()
             if not self.held:
+                self._long = 0  # (no run: none long)
                 continue
             self._give_back_late()
             self._unstick()
