@@ -260,9 +260,10 @@ def waits_for_worker(live: list[LiveWorker], specs: list[Record]) -> list[str | 
     Pure; one judgement for specs alike (a batch's thousand jobs of one app)."""
     memo: dict[tuple[Any, ...], str | None] = {}
     out: list[str | None] = []
+    restricted = _restricted(live)  # (_judged's walk of the workers, once: not once a spec)
     for spec in specs:
         ex = spec["executor"]
-        if ex["type"] == "heartbeat" or not _judged(spec, live):
+        if ex["type"] == "heartbeat" or not ("placement" in spec or restricted):
             out.append(None)
             continue
         q, tenant = spec["queue"], spec["tenant"]
