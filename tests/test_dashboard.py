@@ -135,3 +135,7 @@ def test_every_run_state_is_coloured_and_filtered_and_no_placeholder_is_left():
         assert re.search(rf"\.pill\.{st}\s*{{[^}}]*background", css), f"no colour for a {st} pill"
     assert "once the API" not in js and "once jobs can" not in js and "placeholder" not in js
     assert "/graph`" in js and ".health" in js
+    # A cancel's reason is cut where the API's bound is (a longer one was a 422 and "cancel failed").
+    from raftsched.core import limits
+    m = re.search(r"^const REASON_CHARS_MAX = (\d+);", js, re.M)
+    assert m and int(m.group(1)) == limits.cancel_reason_chars_max

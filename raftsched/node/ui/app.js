@@ -6,6 +6,8 @@
 const REFRESH_MS = 2000;
 const FETCH_TIMEOUT_MS = 8000;
 const TOKEN_KEY = "raftsched.token";
+// A cancel's reason, at most (core/limits.py cancel_reason_chars_max; tests/test_dashboard.py compares them)
+const REASON_CHARS_MAX = 256;
 // Every run state the API reports (core/model.py RunState): "waiting" is a pipeline child's slot
 // waiting for its parents (docs/pipelines.md) or a heartbeat job's waiting for its ping.
 const STATES = ["succeeded", "failed", "dead", "running", "queued", "waiting", "skipped", "coalesced"];
@@ -81,9 +83,9 @@ function action(label, scope, question, run, why = false) {
   return h("button", { class: "act", type: "button", "data-action": label, onclick: async (ev) => {
     let said = "";
     if (why) {
-      const got = window.prompt(question + "\n\nWhy (optional, shown on the run):", "");
+      const got = window.prompt(question + `\n\nWhy (optional, shown on the run; at most ${REASON_CHARS_MAX} characters):`, "");
       if (got === null) return;
-      said = got.trim();
+      said = got.trim().slice(0, REASON_CHARS_MAX);
     } else if (!window.confirm(question)) return;
     ev.target.disabled = true;
     try { await run(said); flash(""); } catch (e) { flash(`${label} failed: ${e.message}`); }
