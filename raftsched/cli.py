@@ -559,6 +559,36 @@ def _runs(a, c: Client) -> int:
                        since=_time_arg(a.since, "--since"), until=_time_arg(a.until, "--until"), **kw))
 
 
+#: ``raftsched cancel --job``: requests at most (1 000 runs each: a million-run backlog)
+CANCEL_JOB_REQUESTS_MAX = 1_000
+
+
+def _cancel(a, c: Client) -> int:
+    """``raftsched cancel RUN [--reason R]`` (POST /v1/runs/RUN/cancel), or ``raftsched cancel
+    --job NAME [--running] [--reason R]``: POST /v1/jobs/NAME/cancel again while it says
+    ``more`` (each request ends up to 1 000 runs), printing one answer: the runs ended, those
+    passed over (started or ended meanwhile), and how many requests it took."""
+    if (a.id is None) == (a.job is None):
+        raise UsageError("give a RUN id, or --job NAME (not both)")
+    if a.job is None:
+        if a.running:
+            raise UsageError("--running goes with --job (a RUN is cancelled queued or running)")
+        return show(c.cancel_run(a.id, a.reason))
+    runs: list[str] = []
+    passed: list[dict] = []
+    more, requests = True, 0
+    while more and requests < CANCEL_JOB_REQUESTS_MAX:
+        res = c.cancel_job_runs(a.job, a.reason, a.running)
+        requests += 1
+        runs += res["runs"]
+        passed += res["passed"]
+        more = res["more"]
+        if not res["runs"]:
+            break  # (every run it listed moved on meanwhile: the next request would list what is left)
+    return show({"job": a.job, "cancelled": len(runs), "runs": runs, "passed": passed, "more": more,
+                 "requests": requests})
+
+
 def _jobs(a, c: Client):
     """``raftsched jobs [--limit N] [--after NAME] [--label K=V ...]``: a page of GET /v1/jobs."""
     labels = {}
@@ -1225,10 +1255,13 @@ def main(argv: list[str] | None = None) -> int:
 
     client("run", "show one run or recorded slot by its id (NAME@MS...): its attempts, and what a queued run "
                   "waits for", lambda a, c: c.get_run(a.id), read=True).add_argument("id")
-    c = client("cancel", "cancel a queued or running run by its id (NAME@MS...): a queued one is recorded skipped "
-                         "(reason cancelled), a running one ends failed and its worker stops it at its next "
-                         "heartbeat; neither is retried", lambda a, c: c.cancel_run(a.id, a.reason))
-    c.add_argument("id")
+    c = client("cancel", "cancel a queued or running run by its id (NAME@MS...), or with --job every queued run of "
+                         "a job: a queued one is recorded skipped (reason cancelled), a running one ends failed and "
+                         "its worker stops it at its next heartbeat; neither is retried", run=_cancel)
+    c.add_argument("id", nargs="?")
+    c.add_argument("--job", metavar="NAME", help="every queued run of this job (an outage's backlog), oldest first, "
+                                                 "in requests of up to 1 000 until none is left")
+    c.add_argument("--running", action="store_true", help="with --job: its running runs too")
     c.add_argument("--reason", help="why, in your words: the run's error shows it (the node's audit log names the "
                                     "token that asked)")
     c = client("dlq", "list dead runs, newest first (optionally of one queue)",

@@ -1183,3 +1183,62 @@ def test_a_heartbeat_job_without_a_deadline_is_accepted_with_a_warning():
         r = await put(c, "plain", SPEC)
         assert "warnings" not in await r.json()
     run(t)
+
+
+def test_a_jobs_queued_runs_are_cancelled_oldest_first_a_bounded_number_a_request(monkeypatch):
+    """POST /v1/jobs/{name}/cancel: an outage's backlog ended in requests of at most
+    cancel_job_runs_max runs (``more`` while some are left); a running run only when asked; a
+    job's own runs only; nothing for an unknown job."""
+    from raftsched.core import commands
+    from raftsched.node import limits as node_limits
+    monkeypatch.setattr(node_limits, "cancel_job_runs_max", 2)
+
+    async def t(env, c):
+        await put(c, "p")
+        await put(c, "other")
+        ids = []
+        for _ in range(4):
+            ids.append((await (await c.post("/v1/jobs/p/trigger")).json())["run"])
+            env.clock.advance(1_000)
+        grant = env.state.apply_bytes(commands.encode(commands.acquire(
+            env.clock.now_ms(), worker="w", queues=None, max=1, ttl=30_000, types=None)))["runs"][0]
+        leased = grant["id"]
+        assert leased == ids[0]  # the oldest due
+        theirs = (await (await c.post("/v1/jobs/other/trigger")).json())["run"]
+        first = await (await c.post("/v1/jobs/p/cancel", json={"reason": "backlog"})).json()
+        assert first == {"job": "p", "cancelled": 2, "runs": ids[1:3], "passed": [], "more": True}, first
+        assert env.state.runs[ids[1]]["error"] == "cancelled by request: backlog"
+        rest = await (await c.post("/v1/jobs/p/cancel")).json()
+        assert rest == {"job": "p", "cancelled": 1, "runs": ids[3:], "passed": [], "more": False}, rest
+        # The running run stays unless asked; another job's run stays.
+        assert env.state.runs[leased]["state"] == "running" and env.state.runs[theirs]["state"] == "queued"
+        done = await (await c.post("/v1/jobs/p/cancel", json={"running": True})).json()
+        assert done["runs"] == [leased] and env.state.runs[leased]["state"] == "failed", done
+        assert (await (await c.post("/v1/jobs/p/cancel")).json())["cancelled"] == 0
+        assert env.state.runs[theirs]["state"] == "queued"
+        await err(await c.post("/v1/jobs/nosuch/cancel"), 404, "not_found", "name")
+    run(t)
+
+
+def test_a_job_cancel_sent_again_with_its_key_ends_what_is_left_and_replays_what_it_ended():
+    """The request's commands carry ids derived from its Idempotency-Key: sent again after some of
+    its runs moved on, each command is for other runs, and must not replay an answer of the first
+    for runs it would then leave queued."""
+    async def t(env, c):
+        await put(c, "p")
+        ids = []
+        for _ in range(3):
+            ids.append((await (await c.post("/v1/jobs/p/trigger")).json())["run"])
+            env.clock.advance(1_000)
+        key = {"Idempotency-Key": "cancel-p-1"}
+        first = await (await c.post("/v1/runs/" + ids[0] + "/cancel")).json()
+        assert first["state"] == "skipped"
+        a = await (await c.post("/v1/jobs/p/cancel", headers=key)).json()
+        assert a["runs"] == ids[1:], a
+        for _ in range(2):
+            ids.append((await (await c.post("/v1/jobs/p/trigger")).json())["run"])
+            env.clock.advance(1_000)
+        b = await (await c.post("/v1/jobs/p/cancel", headers=key)).json()
+        assert b["runs"] == ids[3:], b
+        assert all(env.state.runs[r]["state"] == "skipped" for r in ids)
+    run(t)

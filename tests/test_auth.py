@@ -125,7 +125,7 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("DELETE", "/v1/dlq/a@1", None), ("GET", "/v1/locks/l", None),
     ("POST", "/v1/locks/l/acquire", {"owner": "me", "ttl_s": 5}), ("POST", "/v1/locks/l/renew", {"token": 1}),
     ("POST", "/v1/locks/l/release", {"token": 1}), ("GET", "/v1/runs", None), ("GET", "/v1/runs/a@1", None),
-    ("POST", "/v1/runs/a@1/cancel", None),
+    ("POST", "/v1/runs/a@1/cancel", None), ("POST", "/v1/jobs/a/cancel", None),
     ("GET", "/v1/tokens", None), ("POST", "/v1/tokens", {"role": "reader"}),
     ("DELETE", "/v1/tokens/0123456789abcdef", None), ("DELETE", "/v1/jobs/zz", None),
     ("POST", "/v1/jobs/a/backfills", {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z", "dry_run": True}),
@@ -501,6 +501,18 @@ def test_a_limited_token_cancels_only_its_tenants_runs_and_a_reader_none():
             s, e = await call(c, "POST", f"/v1/runs/{b1_run}/cancel", body={"reason": bad})
             assert s == 422 and e["error"]["field"] == "reason", bad
         assert env.state.runs[b1_run]["state"] == "queued"
+        # A job's runs at once: another tenant's job does not exist for it, a reader may not, and
+        # a bad body changes nothing.
+        s, e = await call(c, "POST", "/v1/jobs/b1/cancel", tok)
+        assert s == 404 and e["error"]["field"] == "name", e
+        assert (await call(c, "POST", "/v1/jobs/a1/cancel", reader))[0] == 403
+        for body, field in (({"running": "yes"}, "running"), ({"reason": ""}, "reason"), ({"all": True}, "all")):
+            s, e = await call(c, "POST", "/v1/jobs/b1/cancel", body=body)
+            assert s == 422 and e["error"]["field"] == field, (body, e)
+        assert env.state.runs[b1_run]["state"] == "queued"
+        s, b = await call(c, "POST", "/v1/jobs/b1/cancel", body={"reason": "backlog"})
+        assert s == 200 and b == {"job": "b1", "cancelled": 1, "runs": [b1_run], "passed": [], "more": False}, b
+        assert env.state.runs[b1_run]["error"] == "cancelled by request: backlog"
     run(t)
 
 

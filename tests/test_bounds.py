@@ -68,6 +68,7 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
     "trigger": ({}, [("slot", "time", "slot")]),
     "pause": ({}, []),
     "cancel": ({}, []),
+    "cancel_job": ({}, []),
     "ping": ({"status": "start"}, [("slot", "time", "slot")]),
     "explain": ({"down_from": "2030-01-01T00:00:00Z", "down_to": "2030-01-02T00:00:00Z"},
                 [("down_from", "time", "down_from"), ("down_to", "time", "down_to")]),

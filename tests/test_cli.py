@@ -324,6 +324,35 @@ def test_cancel_calls_the_client_with_its_reason(monkeypatch, capsys):
     assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "cancel_run", "args": ["j@1796173200000", None]}
 
 
+def test_cancel_job_asks_again_while_runs_are_left_and_prints_one_answer(monkeypatch, capsys):
+    answers = [{"job": "j", "cancelled": 2, "runs": ["j@1", "j@2"], "passed": [], "more": True},
+               {"job": "j", "cancelled": 1, "runs": ["j@3"], "passed": [{"run": "j@4", "state": "running"}],
+                "more": False}]
+    calls = []
+
+    def cancel_job_runs(self, name, reason=None, running=False):
+        calls.append((name, reason, running))
+        return answers[len(calls) - 1]
+    monkeypatch.setattr(_FakeClient, "cancel_job_runs", cancel_job_runs, raising=False)
+    rc, _ = _run(monkeypatch, ["cancel", "--job", "j", "--reason", "backlog", "--running"])
+    assert rc == 0 and calls == [("j", "backlog", True)] * 2
+    assert json.loads(capsys.readouterr().out) == {"job": "j", "cancelled": 3, "runs": ["j@1", "j@2", "j@3"],
+                                                   "passed": [{"run": "j@4", "state": "running"}], "more": False,
+                                                   "requests": 2}
+    # A request that ended nothing (every run it listed moved on meanwhile) ends the loop, more said.
+    answers[:] = [{"job": "j", "cancelled": 0, "runs": [], "passed": [{"run": "j@5", "state": "running"}],
+                   "more": True}]
+    calls.clear()
+    rc, _ = _run(monkeypatch, ["cancel", "--job", "j"])
+    assert rc == 0 and len(calls) == 1 and json.loads(capsys.readouterr().out)["more"] is True
+    # One of RUN and --job, and --running only with --job: usage errors, nothing sent.
+    calls.clear()
+    for argv in (["cancel"], ["cancel", "j@1", "--job", "j"], ["cancel", "j@1", "--running"]):
+        rc, _ = _run(monkeypatch, argv)
+        out = capsys.readouterr()
+        assert rc == 2 and not calls and "called" not in out.out, (argv, out)
+
+
 @pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"], ["cancel", "r@1"],
                                   ["backfill", "j", "--from", "a", "--to", "b"]])
 def test_one_path_prints_a_client_error_for_every_subcommand(monkeypatch, capsys, argv):

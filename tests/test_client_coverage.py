@@ -66,6 +66,7 @@ CALLS = [
     (("GET", "/v1/dlq/{run}"), "dlq_get", ("a@nosuch",)),
     (("POST", "/v1/dlq/{run}/requeue"), "dlq_requeue", ("a@nosuch",)),
     (("POST", "/v1/runs/{run}/cancel"), "cancel_run", ("a@nosuch", "why")),
+    (("POST", "/v1/jobs/{name}/cancel"), "cancel_job_runs", ("nosuch", "why", True)),
     (("DELETE", "/v1/dlq/{run}"), "dlq_delete", ("a@nosuch",)),
     (("POST", "/v1/locks/{name}/acquire"), "lock_acquire", ("l", "me", 5)),
     (("GET", "/v1/locks/{name}"), "lock_info", ("l",)),

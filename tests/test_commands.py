@@ -260,6 +260,8 @@ CONSTRUCTED = [
     (commands.fanout_step(T0, key="k", after=None), commands.make("fanout_step", T0, None, key="k", after=None)),
     (commands.cancel_run(T0, "r", run="x@1", reason="why"),
      commands.make("cancel_run", T0, "r", run="x@1", reason="why")),
+    (commands.cancel_runs(T0, "r", runs=["x@1"], reason="why", running=True),
+     commands.make("cancel_runs", T0, "r", runs=["x@1"], running=True, reason="why")),
 ]
 
 

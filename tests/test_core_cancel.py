@@ -285,3 +285,65 @@ def test_children_on_each_edge_decide_as_docs_api_md_says(running):
         assert got == {"h": ("queued", None), "f": ("queued", None), "ok": ("skipped", "upstream_failed")}
     else:
         assert got == {c: ("skipped", "upstream_missed") for c in ("h", "f", "ok")}
+
+
+# ------------------------------------------------------------------ many runs of a job: cancel_runs
+def cancel_many(s, now: int, ids: list[str], **kw) -> dict:
+    return apply(s, commands.cancel_runs(now, None, runs=ids, **kw))
+
+
+def backlog():
+    """Job a's catch-up after an outage: three slots queued, the oldest leased, one recorded."""
+    s = new_state(("a", EVERY10))
+    tick(s, T0 + 10 * SEC)
+    tick(s, T0 + 40 * SEC)  # (max_catchup 3)
+    queued = sorted(r for r, run in s.runs.items() if run["state"] == "queued")
+    return s, queued
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_cancel_runs_ends_the_queued_and_only_with_running_the_running(running):
+    s, _ = backlog()
+    leased = acquire(s, T0 + 41 * SEC, n=1)[0]["id"]
+    queued = sorted(r for r, run in s.runs.items() if run["state"] == "queued")
+    ids = queued + ["a@1", leased]
+    res = cancel_many(s, T0 + 42 * SEC, ids, reason="outage backlog", running=running)
+    want = [r for r in ids if r != "a@1" and (running or r != leased)]
+    assert res["ok"] and res["cancelled"] == want, res
+    assert res["passed"] == [["a@1", None]] + ([] if running else [[leased, "running"]])
+    for rid in want:
+        run = s.runs[rid]
+        assert run["error"] == "cancelled by request: outage backlog"
+        assert run["state"] == ("failed" if rid == leased else "skipped")
+    assert s.runs[leased]["state"] == ("failed" if running else "running")
+    assert counters(s) == counters(restored(s))
+    assert restored(s).snapshot() == s.snapshot()
+    assert acquire(s, T0 + 43 * SEC) == []  # nothing of the backlog is left to run
+
+
+def test_cancel_runs_passes_over_what_ended_and_refuses_malformed_commands_changing_nothing():
+    s, queued = backlog()
+    assert cancel_many(s, T0 + 41 * SEC, queued[:1])["cancelled"] == queued[:1]
+    again = cancel_many(s, T0 + 42 * SEC, queued)  # the first ended meanwhile: passed over, not refused
+    assert again["cancelled"] == queued[1:] and again["passed"] == [[queued[0], "skipped"]]
+    s, queued = backlog()
+    n = limits.run_refs_per_command
+    for bad in ({}, {"runs": []}, {"runs": "a@1"}, {"runs": [7]}, {"runs": [""]}, {"runs": ["a@1"] * (n + 1)},
+                {"runs": queued, "running": "yes"}, {"runs": queued, "reason": ""},
+                {"runs": queued, "reason": "x" * (limits.cancel_reason_chars_max + 1)}):
+        refused(s, commands.make("cancel_runs", T0 + 41 * SEC, None, **bad), "invalid_command")
+    assert all(s.runs[r]["state"] == "queued" for r in queued)
+
+
+def test_cancel_runs_tells_each_run_cancelled():
+    from test_notify_core import WEBHOOK
+    spec = dict(EVERY10, notify=[{"sink": "ops", "on": ["run.cancelled"]}])
+    s = new_state()
+    apply(s, commands.put_sink(T0, None, name="ops", spec=WEBHOOK))
+    apply(s, put_cmd(s, "a", spec, T0))
+    tick(s, T0 + 10 * SEC)
+    tick(s, T0 + 40 * SEC)
+    queued = sorted(r for r, run in s.runs.items() if run["state"] == "queued")
+    cancel_many(s, T0 + 41 * SEC, queued)
+    ev = [e for e in s.outbox.events if e["kind"] == "run.cancelled"]
+    assert [e["run_id"] for e in ev] == queued and all(e["detail"]["was"] == "queued" for e in ev)

@@ -67,6 +67,7 @@ EXEC_ACTIONS = st.one_of(
     st.tuples(st.just("requeue"), st.integers(0, 20)),
     st.tuples(st.just("dlq_delete"), st.integers(0, 20)),
     st.tuples(st.just("cancel"), st.integers(0, 40)),
+    st.tuples(st.just("cancel_many"), st.integers(0, 40), st.booleans()),
     st.tuples(st.just("tenant"), st.sampled_from(["t1", "t2"]), st.sampled_from([0, 333, 1000, 100_000]),
               st.integers(1, 3)),
     st.tuples(st.just("del_tenant"), st.sampled_from(["t1", "t2"])),
@@ -226,6 +227,14 @@ class ExecDriver:
             was = L.runs[rid]["state"] if ids else None
             res = self.cmd("cancel_run", run=rid, reason="x" if a[1] % 2 else None)
             assert res["ok"] is (was in ("queued", "running")), (was, res)
+        elif kind == "cancel_many":
+            # a few runs, any state, and an id of none: the queued (and running, if asked) end
+            ids = sorted(L.runs)
+            picked = [ids[(a[1] + k * 7) % len(ids)] for k in range(3)] if ids else []
+            was = {rid: L.runs[rid]["state"] for rid in picked}
+            res = self.cmd("cancel_runs", runs=picked + ["nosuch@1"], running=a[2])
+            ended = [r for r in dict.fromkeys(picked) if was[r] == "queued" or (a[2] and was[r] == "running")]
+            assert res["ok"] and res["cancelled"] == ended, (was, res)
         elif kind == "tenant":
             self.cmd("put_tenant", name=a[1], rate_milli=a[2], burst=a[3])
         elif kind == "del_tenant":

@@ -215,6 +215,8 @@ def test_the_other_operations_answers_conform_to_the_document():
             queued = (await go("POST", "/v1/jobs/a/trigger", "/v1/jobs/{name}/trigger"))["run"]
             await go("POST", f"/v1/runs/{queued}/cancel", "/v1/runs/{run}/cancel", {"reason": "not now"})
             await go("GET", f"/v1/runs/{queued}", "/v1/runs/{run}")  # a run cancelled conforms too
+            await go("POST", "/v1/jobs/a/trigger", "/v1/jobs/{name}/trigger")
+            await go("POST", "/v1/jobs/a/cancel", "/v1/jobs/{name}/cancel", {"reason": "a backlog", "running": False})
             await go("GET", "/v1/jobs/a/preview", "/v1/jobs/{name}/preview")
             await go("POST", "/v1/preview", "/v1/preview", {"schedule": {"cron": "30 2 * * *", "timezone":
                      "Europe/Berlin"}, "executor": SPEC["executor"], "misfire": SPEC["misfire"]})

@@ -214,6 +214,9 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
                 raise AssertionError("a dead run was cancelled")
             except Conflict as e:
                 assert e.extra.get("state") == "dead" and "dlq" in e.message, e
+            # nor does a job's cancel take it: the job has nothing queued
+            assert await call("cancel_job_runs", "async-fail", "nothing queued") == {
+                "job": "async-fail", "cancelled": 0, "runs": [], "passed": [], "more": False}
             rq = await call("dlq_requeue", rid)
             assert rq["run"] == rid and rq["state"] == "queued"
             for _ in range(600):

@@ -296,9 +296,24 @@ def dlq_get(run: str, consistent: bool = False, *, stale: bool = False) -> Reque
 def cancel_run(run: str, reason: str | None = None) -> Request:
     """``POST /v1/runs/{run}/cancel``: end a queued run (recorded ``skipped``, reason
     ``cancelled``) or a running one (``failed``: its lease ends, and its worker stops it at its
-    next heartbeat). ``reason``: why, in your words, shown in the run's error with the token that
-    asked. :raises NotFound: :raises Conflict: it has ended already (``state``), or is dead."""
+    next heartbeat). ``reason``: why, in your words, shown in the run's error (the node's audit log
+    names the token that asked). :raises NotFound: :raises Conflict: it has ended already
+    (``state``), or is dead."""
     return Request("POST", f"/v1/runs/{_q(run)}/cancel", body=None if reason is None else {"reason": reason})
+
+
+@endpoint
+def cancel_job_runs(name: str, reason: str | None = None, running: bool = False) -> Request:
+    """``POST /v1/jobs/{name}/cancel``: end the job's queued runs, oldest slot first (with
+    ``running``, its running ones too), at most 1 000 a call, each as ``cancel_run`` ends one:
+    ``{"job", "cancelled", "runs", "passed", "more"}``, ``more`` when some are left (call again).
+    :raises NotFound: no such job."""
+    body: dict = {}
+    if reason is not None:
+        body["reason"] = reason
+    if running:
+        body["running"] = True
+    return Request("POST", f"/v1/jobs/{_q(name)}/cancel", body=body or None)
 
 
 @endpoint

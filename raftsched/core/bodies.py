@@ -87,10 +87,11 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return d
 
 
-def _words(body: object, field: str, n: int) -> str | None:
+def _words(body: object, field: str, n: int, others: AbstractSet[str] = frozenset()) -> str | None:
     """An optional body ``{field: text}`` -> its text (None: none given): why, in the operator's
-    words, 1-``n`` characters with no control character. :raises InvalidSpec:"""
-    text = check_body(body, {field}, empty_ok=True).get(field)
+    words, 1-``n`` characters with no control character; ``others``, the body's other fields,
+    the caller's to check. :raises InvalidSpec:"""
+    text = check_body(body, {field} | others, empty_ok=True).get(field)
     if text is not None and (not isinstance(text, str) or not 1 <= len(text) <= n):
         raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field=field)
     if text is not None and any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in text):
@@ -106,6 +107,16 @@ def validate_pause(body: object) -> str | None:
 def validate_cancel(body: object) -> str | None:
     """``POST /v1/runs/{id}/cancel``'s optional body -> its ``reason``. :raises InvalidSpec:"""
     return _words(body, "reason", limits.cancel_reason_chars_max)
+
+
+def validate_cancel_job(body: object) -> tuple[str | None, bool]:
+    """``POST /v1/jobs/{name}/cancel``'s optional body ``{reason?, running?}`` -> (reason,
+    running: the running runs too, not only the queued). :raises InvalidSpec:"""
+    reason = _words(body, "reason", limits.cancel_reason_chars_max, frozenset({"running"}))
+    running = (body or {}).get("running", False) if isinstance(body, dict) else False
+    if type(running) is not bool:
+        raise InvalidSpec("must be true or false", field="running")
+    return reason, running
 
 
 def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:

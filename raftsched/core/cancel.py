@@ -1,4 +1,5 @@
-"""Ending a run that has not: by request (``POST /v1/runs/{id}/cancel``; docs/api.md), and a run of
+"""Ending a run that has not: by request (``POST /v1/runs/{id}/cancel``, and many of a job's at once,
+``POST /v1/jobs/{name}/cancel``: :func:`apply_cancel_runs`; docs/api.md), and a run of
 a job with ``deadline.late_start: skip`` that has not started by its start deadline
 (:func:`withdraw_late`; docs/notifications.md, "Deadlines").
 
@@ -60,12 +61,9 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
 
     :raises InvalidCommand: a field of the wrong type. :raises NotFound: no run of that id.
     :raises Conflict: the run has ended, is dead, or is a heartbeat job's slot waiting."""
-    rid, reason = cmd.get("run"), cmd.get("reason")
+    rid, reason = cmd.get("run"), _reason(cmd, "cancel_run")
     if not isinstance(rid, str) or not rid or len(rid) > limits.run_id_chars_max:
         raise InvalidCommand("cancel_run needs run")
-    if reason is not None and not (isinstance(reason, str) and 1 <= len(reason) <= limits.cancel_reason_chars_max):
-        raise InvalidCommand(f"cancel_run.reason must be a string of 1-{limits.cancel_reason_chars_max} "
-                             "characters or nil")
     run = s.runs.get(rid)
     if run is None:
         raise NotFound(f"no run {rid!r}", field="run")
@@ -80,9 +78,59 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
     if state not in BECOMES:
         raise Conflict(f"run {rid!r} has ended ({state}): only a queued or running run can be cancelled",
                        field="run", state=state)
+    leased = _end(s, run, why(reason), now)
+    out = ok(run=rid, state=run["state"], was=state)
+    if leased:
+        out.update(worker=run["worker"], token=run["fencing_token"])
+    return out
+
+
+def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``cancel_runs {runs, running, reason?}``: end each of ``runs`` (at most
+    limits.run_refs_per_command ids) that is queued, and with ``running`` each that is running,
+    as ``cancel_run`` ends one (module docstring), in the order given: one ``run.cancelled`` a
+    run. The others are passed over, not refused: a run started meanwhile (without ``running``),
+    ended, dead, a heartbeat slot waiting, or gone. The node lists a job's runs for
+    ``POST /v1/jobs/{name}/cancel`` and sends them in such commands; a run that moved on between
+    its read and this apply is passed over, so the cancel never ends a run that started unless
+    asked to.
+
+    :returns: ``cancelled`` (the ids ended, in order) and ``passed`` (``[id, state]`` of the
+        others, state None for an id that names no run).
+    :raises InvalidCommand: a field of the wrong type, no ids, or more than the bound."""
+    ids, running, reason = cmd.get("runs"), cmd.get("running", False), _reason(cmd, "cancel_runs")
+    if not isinstance(ids, list) or not 1 <= len(ids) <= limits.run_refs_per_command \
+            or not all(isinstance(r, str) and r and len(r) <= limits.run_id_chars_max for r in ids):
+        raise InvalidCommand(f"cancel_runs.runs must be 1-{limits.run_refs_per_command} run ids")
+    if type(running) is not bool:
+        raise InvalidCommand("cancel_runs.running must be a boolean")
     error = why(reason)
+    cancelled: list[str] = []
+    passed: list[list[str | None]] = []
+    for rid in ids:
+        run = s.runs.get(rid)
+        state = None if run is None else run["state"]
+        if run is not None and (state == "queued" or (running and state == "running")):
+            _end(s, run, error, now)
+            cancelled.append(rid)
+        else:
+            passed.append([rid, state])
+    return ok(cancelled=cancelled, passed=passed)
+
+
+def _reason(cmd: Command, op: str) -> str | None:
+    reason = cmd.get("reason")
+    if reason is not None and not (isinstance(reason, str) and 1 <= len(reason) <= limits.cancel_reason_chars_max):
+        raise InvalidCommand(f"{op}.reason must be a string of 1-{limits.cancel_reason_chars_max} characters or nil")
+    return reason
+
+
+def _end(s: SchedulerState, run: Record, error: str, now: int) -> bool:
+    """End ``run``, queued or running, cancelled with ``error`` (module docstring). Returns
+    whether a worker's lease ended with it (a heartbeat job's run a ping started holds none)."""
+    rid, state = run["id"], run["state"]
     backfill = of_backfill(run)
-    leased = rid in s._running_ids  # a worker's lease (a heartbeat run a ping started holds none)
+    leased = rid in s._running_ids
     if state == "queued":
         unqueue_count(s, run)
         run.update(state="skipped", reason="cancelled", error=error, finished_at=now)
@@ -111,11 +159,7 @@ def apply_cancel_run(s: SchedulerState, cmd: Command, now: int) -> Result:
             pipelines.withdrawn(s, run, now)
         else:
             pipehooks.notify(s, run, now)  # a final outcome, failed, as a revoked run's
-    out = ok(run=rid, state=run["state"], was=state)
-    if leased:
-        out.update(worker=run["worker"], token=run["fencing_token"])
-    return out
-
+    return leased
 
 
 def withdraw_late(s: SchedulerState, run: Record, now: int, tell: bool = False, queued: bool = True) -> None:

@@ -82,6 +82,7 @@ OPS = (
     "fencing_floor",  # an operator's: the counter at least this (after a restore from copies)
     # A run ended by request (core/cancel.py)
     "cancel_run",
+    "cancel_runs",  # many of one job's (POST /v1/jobs/{name}/cancel)
 )
 
 
@@ -409,6 +410,13 @@ def cancel_run(now: int, rid: str | None, *, run: str, reason: str | None = None
     """A queued or running run ended by request (core/cancel.py), ``reason`` why in the words of
     who asked."""
     return make("cancel_run", now, rid, run=run, **({} if reason is None else {"reason": reason}))
+
+
+def cancel_runs(now: int, rid: str | None, *, runs: list[str], reason: str | None = None,
+                running: bool = False) -> Command:
+    """Runs ended by request (core/cancel.py apply_cancel_runs): the queued ones of ``runs``, and
+    with ``running`` the running ones too; ``reason`` why in the words of who asked."""
+    return make("cancel_runs", now, rid, runs=runs, running=running, **({} if reason is None else {"reason": reason}))
 
 
 def member_url(now: int, *, addr: str, url: str) -> Command:

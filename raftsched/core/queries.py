@@ -325,6 +325,24 @@ def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
     return {"job": name, "runs": out, "history_max": j["spec"]["history"], "next": None}
 
 
+def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
+                   limit: int) -> tuple[list[str], bool]:
+    """The ids of job ``name``'s queued runs (and with ``running`` its running ones), oldest slot
+    first, those of ``tenants`` only (None: every tenant; a job moved from another tenant keeps
+    that tenant's runs), at most ``limit``; and whether more are left (``POST
+    /v1/jobs/{name}/cancel``). A job's queued and running runs are never trimmed from its history.
+
+    :raises NotFound: no such job."""
+    if name not in s.jobs:
+        raise NotFound(f"no job named {name!r}", field="name")
+    runs = s.runs
+    hit = [(r["slot"], rid) for rid in s.history.get(name, ())
+           if ((r := runs[rid])["state"] == "queued" or (running and r["state"] == "running"))
+           and (tenants is None or _tenant_of_run(s, r) in tenants)]
+    hit.sort()
+    return [rid for _slot, rid in hit[:limit]], len(hit) > limit
+
+
 class RunWindow:
     """A run list's time window and cursor (``GET /v1/runs``, ``/v1/jobs/{name}/runs``): runs
     whose slot (a recorded range: any of its slots) is at or after ``since`` and before

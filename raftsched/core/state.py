@@ -43,7 +43,7 @@ from .leases import (
     apply_acquire, apply_complete, apply_complete_many, apply_expire, apply_heartbeat, apply_takeover,
 )
 from .locks import apply_fencing_floor, apply_lock_acquire, apply_lock_release, apply_lock_renew
-from .cancel import apply_cancel_run
+from .cancel import apply_cancel_run, apply_cancel_runs
 from .queues import apply_dlq_delete, apply_dlq_requeue, apply_put_queue, rebuild_indexes, reset_indexes
 from .ready import ReadyIndex
 from .records import IntTable, PartTable, Record, RequestLog, Result, err, ok, replayed, request_what
@@ -128,6 +128,7 @@ HANDLERS: dict[str, Handler] = {
     "fanout_step": apply_fanout_step,
     "fencing_floor": apply_fencing_floor,
     "cancel_run": apply_cancel_run,
+    "cancel_runs": apply_cancel_runs,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"

@@ -20,7 +20,7 @@ import socket
 from aiohttp import web
 
 from ..core import deadlines, limits, members, model, queries
-from ..core.bodies import validate_cancel, validate_pause
+from ..core.bodies import validate_cancel, validate_cancel_job, validate_pause
 from ..core.errors import (BadRequest, Conflict, InvalidSpec, NotFound, RaftschedError, RequestTimeout, TooManyRequests,
                            Unauthorized, Unavailable)
 from ..core.model import RUN_STATES
@@ -741,6 +741,13 @@ async def cancel_run(request: web.Request) -> web.Response:
     return json_response(await svc.cancel_run(request.match_info["run"], rid(request), reason=reason))
 
 
+async def cancel_job_runs(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    reason, running = validate_cancel_job(await optional_json_body(request))
+    return json_response(await svc.cancel_job_runs(request.match_info["name"], rid(request), reason=reason,
+                                                   running=running, tenants=tenants_of(request)))
+
+
 async def dlq_delete(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     return json_response(await svc.dlq_delete(request.match_info["run"], rid(request)))
@@ -948,6 +955,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/jobs/{name}/resume", resume_job, _W, T.JOB, "resume a job",
           params=(Param("catch_up", "boolean", "fire the slots missed while paused, by policy", default=False),),
           errors=(404,), response="job_paused"),
+    Route("POST", "/v1/jobs/{name}/cancel", cancel_job_runs, _W, T.JOB,
+          "cancel a job's queued runs (and running ones, if asked)", body="cancel_job", body_optional=True,
+          errors=(404, 422), response="job_runs_cancelled"),
     Route("POST", "/v1/jobs/{name}/trigger", trigger_job, _W, T.JOB, "run a job now (or for a slot)",
           body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422), response="triggered"),
     Route("GET", "/v1/jobs/{name}/runs", job_runs, _R, T.JOB, "a job's runs and recorded slots, newest first",

@@ -251,6 +251,11 @@ put_jobs_in_flight_max = 8
 #: planned again from the newer view and proposed again, up to this many times, under a request
 #: id derived from the first (so a retried request replays each attempt).
 stale_replans_max = 3
+#: The runs one ``POST /v1/jobs/{name}/cancel`` ends at most (in commands of
+#: run_refs_per_command): each tells its own ``run.cancelled`` to the sinks that route it, and
+#: the outbox keeps 20 000 events, so one request cannot push many out; the answer's ``more``
+#: says when some are left (``raftsched cancel --job`` asks again).
+cancel_job_runs_max = 1_000
 #: A PUT's (or a batch's) warning that no live worker may take the job's runs reads the live
 #: workers at most this often (node/service.py _live_workers): a walk of the registry each PUT
 #: would cost a registration by PUTs ~10 ms a job with 10 000 workers.

@@ -288,7 +288,13 @@ def _bodies() -> dict[str, Schema]:
         "pause": _obj({"note": _nullable(_str(1, limits.pause_note_chars_max))},
                       description="note: why, in your words; GET /v1/jobs/{name} shows it with since and by"),
         "cancel": _obj({"reason": _nullable(_str(1, limits.cancel_reason_chars_max))},
-                       description="reason: why, in your words; the run's error shows it with the token that asked"),
+                       description="reason: why, in your words; the run's error shows it (the node's audit log "
+                                   "names the token that asked)"),
+        "cancel_job": _obj({"reason": _nullable(_str(1, limits.cancel_reason_chars_max)),
+                            "running": {"type": "boolean", "default": False}},
+                           description="reason: why, in your words (each run's error shows it); running: the "
+                                       "running runs too (ended failed, their workers stop them), not only the "
+                                       "queued"),
         "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME),
                          "propagate": {"type": "boolean", "description": "its outcome reaches the job's children "
                                        "(pipelines)"}}),
@@ -493,6 +499,10 @@ def _more_responses() -> dict[str, Schema]:
         "dlq_requeued": _open({"run": s, "state": {"enum": list(RUN_STATES)}, "attempt": i_or_null},
                               ("run", "state", "attempt")),
         "run_deleted": _open({"run": s, "deleted": _BOOL}, ("run", "deleted")),
+        "job_runs_cancelled": _open({"job": s, "cancelled": i, "runs": {"type": "array", "items": s},
+                                     "passed": {"type": "array", "items": _open({"run": s, "state": s_or_null},
+                                                                                ("run", "state"))},
+                                     "more": _BOOL}, ("job", "cancelled", "runs", "passed", "more")),
         "run_cancelled": _open({"run": s, "state": {"enum": ["skipped", "failed"]},
                                 "was": {"enum": ["queued", "running"]}, "worker": s, "token": i},
                                ("run", "state", "was")),

@@ -1013,6 +1013,36 @@ class Service:
             out.update(worker=res["worker"], token=res["token"])
         return self._out(res, out)
 
+    async def cancel_job_runs(self, name: str, rid: str | None, reason: str | None = None, running: bool = False,
+                              tenants: frozenset | None = None) -> dict:
+        """``POST /v1/jobs/{name}/cancel``: end the job's queued runs (and with ``running`` its
+        running ones), oldest slot first, at most node_limits.cancel_job_runs_max: each as
+        ``POST /v1/runs/{id}/cancel`` ends one (core/cancel.py apply_cancel_runs), in commands of
+        limits.run_refs_per_command proposed together. A run that started (without ``running``)
+        or ended between this node's read and the command is passed over. With ``tenants`` (a
+        limited token), the runs of those tenants only.
+
+        :returns: ``{"job", "cancelled": n, "runs": [ids], "passed": [{"run", "state"}], "more"}``,
+            ``more`` when runs beyond the bound are left (ask again).
+        :raises NotFound: no such job. :raises RaftschedError: a command's failure (the ones
+            applied before it stay: asking again cancels the rest)."""
+        ids, more = self.read(queries.runs_to_cancel, name, running, tenants, node_limits.cancel_job_runs_max)
+        key, now, step = rid or new_request_id(), self.clock.now_ms(), limits.run_refs_per_command
+        parts = [ids[k:k + step] for k in range(0, len(ids), step)]
+        # Each command's request id is the request's and its runs': a request sent again lists
+        # the runs still left, and only a command for the same runs replays the first answer (an
+        # id of the request's and the command's place alone replayed another part's answer for
+        # runs it then left queued). Its start keeps the key's kind (node/http.py scope_key).
+        results = await asyncio.gather(*(
+            self.propose(commands.cancel_runs(now, _part_rid(key, part), runs=part, reason=reason, running=running))
+            for part in parts), return_exceptions=True)
+        for res in results:
+            if isinstance(res, BaseException):
+                raise res
+        done = [r for res in results if isinstance(res, dict) for r in res["cancelled"]]
+        passed = [{"run": r, "state": st} for res in results if isinstance(res, dict) for r, st in res["passed"]]
+        return {"job": name, "cancelled": len(done), "runs": done, "passed": passed, "more": more}
+
     # ------------------------------------------------------------------ the fencing counter
     def fencing(self) -> dict:
         """``GET /v1/cluster/fencing``: the highest token granted (the next is above it)."""
@@ -1350,6 +1380,13 @@ class Service:
                 if v["id"] in why:
                     v["waiting_for"] = why[v["id"]]
         return out
+
+
+def _part_rid(key: str, runs: list[str]) -> str:
+    """A request id for the part of ``POST /v1/jobs/{name}/cancel`` that ends ``runs``, derived
+    from the request's ``key``: the same runs under the same key, the same id."""
+    h = hashlib.blake2b("\0".join([key, *runs]).encode("utf-8", "backslashreplace"), digest_size=12).hexdigest()
+    return f"{key[:20]}~{h}"
 
 
 def _worker_warnings(spec: dict, waits: str | None) -> list[str]:

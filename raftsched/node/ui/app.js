@@ -77,7 +77,7 @@ const may = (scope) => !!(app.me && app.me.scopes.includes(scope));
 
 // An action: hidden without the scope, confirmed first, then the page refreshed.
 // A button that asks first: a yes or no, or with `why`, a reason in words (optional; run gets it,
-// "" for none; Cancel in the dialog does nothing).
+// "" for none; Cancel in the dialog does nothing). What run returns, if text, is shown in the banner.
 function action(label, scope, question, run, why = false) {
   if (!may(scope)) return null;
   return h("button", { class: "act", type: "button", "data-action": label, onclick: async (ev) => {
@@ -88,7 +88,7 @@ function action(label, scope, question, run, why = false) {
       said = got.trim().slice(0, REASON_CHARS_MAX);
     } else if (!window.confirm(question)) return;
     ev.target.disabled = true;
-    try { await run(said); flash(""); } catch (e) { flash(`${label} failed: ${e.message}`); }
+    try { const told = await run(said); flash(typeof told === "string" ? told : ""); } catch (e) { flash(`${label} failed: ${e.message}`); }
     await refresh();
   } }, label);
 }
@@ -305,6 +305,16 @@ function jobActions(j) {
   ];
 }
 
+// Every queued run of a job (POST /v1/jobs/{name}/cancel: up to 1 000 a press; running runs go on).
+function cancelQueued(j) {
+  const n = encodeURIComponent(j.name);
+  return action("cancel queued", "jobs.write", `Cancel every queued run of ${j.name}? They do not run: their slots are ` +
+    "recorded skipped (cancelled). Its running runs go on.", async (reason) => {
+      const r = await api("POST", `/v1/jobs/${n}/cancel`, reason ? { reason } : undefined);
+      return `${r.cancelled} queued run(s) of ${j.name} cancelled` + (r.more ? "; more are left: press again" : "");
+    }, true);
+}
+
 pages.job = {
   build(view, name) {
     const n = encodeURIComponent(name);
@@ -338,7 +348,7 @@ pages.job = {
         + (late(r) ? ` — deadline ${r.deadline.state}: ${r.deadline.why}` : "") }));
     area.replaceChildren(
       h("div", { class: "row" }, job.state.paused ? pill("paused") : h("span", {}, "active"),
-        " ", ...pauseWhy(job.state.pause), ...jobActions(job)),
+        " ", ...pauseWhy(job.state.pause), ...jobActions(job), " ", cancelQueued(job)),
       h("h2", {}, `Recent slots (${runs.runs.length}, oldest left; hover for the reason)`),
       h("div", { class: "timeline", id: "timeline" }, cells),
       h("div", { class: "legend" }, [...STATES, "deadline_missed"].map((s) => h("span", {}, h("i", { class: "cell " + s }),
