@@ -1185,6 +1185,26 @@ def test_a_heartbeat_job_without_a_deadline_is_accepted_with_a_warning():
     run(t)
 
 
+def test_a_replace_job_without_a_success_deadline_is_accepted_with_a_warning():
+    """A walk: a job of overlap replace whose runs took longer than its period was killed at
+    every slot and never succeeded, and nothing said so (a replaced run is no death). PUT says
+    how to be told: max_since_success_s."""
+    replace = dict(SPEC, overlap={"policy": "replace"})
+
+    async def t(env, c):
+        r = await put(c, "r", replace)
+        body = await r.json()
+        assert r.status == 201 and body["warnings"][0].startswith("deadline: with overlap replace"), body
+        assert "max_since_success_s" in body["warnings"][0]
+        r = await put(c, "r", dict(replace, deadline={"max_since_success_s": 3600}))
+        assert "warnings" not in await r.json()
+        r = await put(c, "r", dict(replace, deadline={"start_within_s": 60}))  # a start deadline says nothing of it
+        assert (await r.json())["warnings"][0].startswith("deadline: with overlap replace")
+        r = await put(c, "f", dict(SPEC, overlap={"policy": "forbid"}))
+        assert "warnings" not in await r.json()
+    run(t)
+
+
 def test_a_jobs_queued_runs_are_cancelled_oldest_first_a_bounded_number_a_request(monkeypatch):
     """POST /v1/jobs/{name}/cancel: an outage's backlog ended in requests of at most
     cancel_job_runs_max runs (``more`` while some are left); a running run only when asked; a

@@ -332,7 +332,7 @@ class Service:
         may not call, no live worker that may take its runs (``waits``: queries.waits_for_worker's
         answer for it)."""
         return (self._route_warnings(spec, tenants) + self._network_warnings(spec, tenants)
-                + _heartbeat_warnings(spec) + _worker_warnings(spec, waits))
+                + _heartbeat_warnings(spec) + _replace_warnings(spec) + _worker_warnings(spec, waits))
 
     def _live_workers(self) -> list:
         """The live workers as a PUT's warning judges them (queries.live_workers), read at most once
@@ -1410,6 +1410,18 @@ def _worker_warnings(spec: dict, waits: str | None) -> list[str]:
     return [f"{'placement' if labels else 'queue'}: no live worker serving queue {spec['queue']!r} "
             f"for {spec['executor']['type']} runs{'' if tenant == 'default' else f' of tenant {tenant!r}'} "
             f"{what}: its runs wait queued until one registers; {later}"]
+
+
+def _replace_warnings(spec: dict) -> list[str]:
+    """A job of overlap ``replace`` without ``deadline.max_since_success_s``: accepted, but a
+    run killed by the next slot's is no death (no consecutive_failures, no incident, no
+    run.dead: docs/notifications.md, "Job health"), so a job whose runs never get to end is told
+    by nothing."""
+    if (spec.get("overlap") or {}).get("policy") != "replace" or "max_since_success_s" in (spec.get("deadline") or {}):
+        return []
+    return ["deadline: with overlap replace, a run still going when the next slot fires is killed, which is no "
+            "failure (no incident, no run.dead): a job whose runs never get to end is told by nothing unless it has "
+            "one; give it max_since_success_s (for example \"deadline\": {\"max_since_success_s\": 3600})"]
 
 
 def _heartbeat_warnings(spec: dict) -> list[str]:
