@@ -284,3 +284,20 @@ def test_job_batches_cut_by_count_and_by_encoded_size():
     assert sum(parts, []) == list(big) and len(parts) >= 3
     assert all(len(json.dumps({n: big[n] for n in p}).encode()) <= BATCH_BODY_BYTES for p in parts)
     assert job_batches([], {}) == []
+
+
+def test_what_the_node_says_of_a_job_it_wrote_is_printed(tmp_path, monkeypatch):
+    """A walk: the batch's per-job warnings (a route to no sink, a placement no worker has, a
+    replace job without a success deadline) reached `raftsched apply` users but not `raftsched
+    sync`'s, whose jobs were written without a word."""
+    ref = write_app(tmp_path, monkeypatch, "stubapp", APP_V2)
+
+    class Warning_(StubClient):
+        def put_jobs(self, jobs, create_only=False):
+            res = super().put_jobs(jobs, create_only)
+            res["jobs"]["stub-a"]["warnings"] = ["notify: no sink named 'opz' (yet): ..."]
+            return res
+    rc, out, err = run_sync(Warning_({}), ref, as_json=False)
+    assert rc == 0 and "raftsched sync: warning: job stub-a: notify: no sink named 'opz'" in err, (out, err)
+    rc, out, err = run_sync(Warning_({}), ref)
+    assert first_json(out)["applied"]["warnings"] == {"stub-a": ["notify: no sink named 'opz' (yet): ..."]}

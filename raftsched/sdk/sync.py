@@ -52,9 +52,10 @@ def existing_jobs(client, app: App) -> dict[str, dict]:
 
 def new_applied() -> dict:
     """What :func:`apply` did so far: ``{"created", "updated", "deleted", "refused", "skipped",
-    "commands"}`` (``refused``: name -> the node's error; ``skipped``: jobs to prune that another
-    app or a person holds by the time they were to be deleted)."""
-    return {"created": [], "updated": [], "deleted": [], "refused": {}, "skipped": [], "commands": 0}
+    "warnings", "commands"}`` (``refused``: name -> the node's error; ``skipped``: jobs to prune
+    that another app or a person holds by the time they were to be deleted; ``warnings``: name ->
+    what the node said of a job it wrote, docs/api.md "PUT /v1/jobs/{name}")."""
+    return {"created": [], "updated": [], "deleted": [], "refused": {}, "skipped": [], "warnings": {}, "commands": 0}
 
 
 def apply(client, app: App, p: Plan, done: dict | None = None) -> dict:
@@ -83,6 +84,8 @@ def apply(client, app: App, p: Plan, done: dict | None = None) -> dict:
                     done["refused"][n] = err
                 else:
                     done[into].append(n)
+                    if isinstance(a, dict) and a.get("warnings"):
+                        done["warnings"][n] = a["warnings"]
     existing: dict[str, dict] = {}
     for n in p.delete:
         try:
@@ -352,6 +355,9 @@ def run(args: Any, client) -> int:
         _print_applied(out["applied"])
     elif not p.changes:
         print("nothing to change")
+    for n, lines in sorted(((out["applied"] or {}).get("warnings") or {}).items()):
+        for line in lines:  # (accepted, but a route to no sink, a placement no worker has, ...)
+            print(f"raftsched sync: warning: job {n}: {line}", file=sys.stderr)
     if args.dry_run and getattr(args, "exit_code", False) and p.changes:
         return DRIFT_EXIT
     a = out["applied"]
