@@ -301,3 +301,10 @@ def test_what_the_node_says_of_a_job_it_wrote_is_printed(tmp_path, monkeypatch):
     assert rc == 0 and "raftsched sync: warning: job stub-a: notify: no sink named 'opz'" in err, (out, err)
     rc, out, err = run_sync(Warning_({}), ref)
     assert first_json(out)["applied"]["warnings"] == {"stub-a": ["notify: no sink named 'opz' (yet): ..."]}
+
+
+def test_one_warning_of_many_jobs_is_one_line():
+    lines = S._warning_lines({f"j{i}": ["placement: no live worker ..."] for i in range(7)}
+                             | {"k": ["notify: no sink named 'opz' (yet)", "placement: no live worker ..."]})
+    assert lines == ["raftsched sync: warning: jobs j0, j1, j2, j3, j4 and 3 more: placement: no live worker ...",
+                     "raftsched sync: warning: job k: notify: no sink named 'opz' (yet)"], lines

@@ -226,6 +226,19 @@ def blocked_deletes(client, app: App, p: Plan) -> list[tuple[str, str]]:
     return sorted(set(out))
 
 
+def _warning_lines(warnings: dict[str, list[str]]) -> list[str]:
+    """What the node said of the jobs it wrote (accepted, but a route to no sink, a placement no
+    live worker carries, ...), one line a distinct warning with the jobs it concerns: an app's
+    thousand jobs synced before its workers start share one line, not a thousand."""
+    jobs: dict[str, list[str]] = {}
+    for n in sorted(warnings):
+        for w in warnings[n]:
+            jobs.setdefault(w, []).append(n)
+    return [f"raftsched sync: warning: job {ns[0]}: {w}" if len(ns) == 1 else
+            f"raftsched sync: warning: jobs {', '.join(ns[:5])}{f' and {len(ns) - 5} more' if len(ns) > 5 else ''}: {w}"
+            for w, ns in jobs.items()]
+
+
 def _print_applied(a: dict) -> None:
     print(f"applied: {len(a['created'])} created, {len(a['updated'])} updated, {len(a['deleted'])} deleted"
           + (f", {len(a['refused'])} refused" if a["refused"] else "")
@@ -355,9 +368,8 @@ def run(args: Any, client) -> int:
         _print_applied(out["applied"])
     elif not p.changes:
         print("nothing to change")
-    for n, lines in sorted(((out["applied"] or {}).get("warnings") or {}).items()):
-        for line in lines:  # (accepted, but a route to no sink, a placement no worker has, ...)
-            print(f"raftsched sync: warning: job {n}: {line}", file=sys.stderr)
+    for line in _warning_lines((out["applied"] or {}).get("warnings") or {}):
+        print(line, file=sys.stderr)
     if args.dry_run and getattr(args, "exit_code", False) and p.changes:
         return DRIFT_EXIT
     a = out["applied"]
