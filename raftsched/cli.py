@@ -577,16 +577,28 @@ def _cancel(a, c: Client) -> int:
     runs: list[str] = []
     passed: list[dict] = []
     more, requests = True, 0
-    while more and requests < CANCEL_JOB_REQUESTS_MAX:
-        res = c.cancel_job_runs(a.job, a.reason, a.running)
-        requests += 1
-        runs += res["runs"]
-        passed += res["passed"]
-        more = res["more"]
-        if not res["runs"]:
-            break  # (every run it listed moved on meanwhile: the next request would list what is left)
-    return show({"job": a.job, "cancelled": len(runs), "runs": runs, "passed": passed, "more": more,
-                 "requests": requests})
+    try:
+        while more and requests < CANCEL_JOB_REQUESTS_MAX:
+            res = c.cancel_job_runs(a.job, a.reason, a.running)
+            requests += 1
+            runs += res["runs"]
+            passed += res["passed"]
+            more = res["more"]
+            if not res["runs"]:
+                # Nothing ended though more may be left (the runs it listed all moved on, or the
+                # node read a front of its history holding none): no progress to count on.
+                break
+    except RaftschedError:
+        if runs:  # what the requests before the failure ended, then the failure (printed by the caller)
+            show({"job": a.job, "cancelled": len(runs), "runs": runs, "passed": passed, "more": True,
+                  "requests": requests})
+        raise
+    show({"job": a.job, "cancelled": len(runs), "runs": runs, "passed": passed, "more": more, "requests": requests})
+    if more:
+        print(f"raftsched cancel: runs of job {a.job} may be left (the last request ended none, or "
+              f"{CANCEL_JOB_REQUESTS_MAX} requests were sent): run it again", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _jobs(a, c: Client):

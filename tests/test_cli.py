@@ -339,12 +339,29 @@ def test_cancel_job_asks_again_while_runs_are_left_and_prints_one_answer(monkeyp
     assert json.loads(capsys.readouterr().out) == {"job": "j", "cancelled": 3, "runs": ["j@1", "j@2", "j@3"],
                                                    "passed": [{"run": "j@4", "state": "running"}], "more": False,
                                                    "requests": 2}
-    # A request that ended nothing (every run it listed moved on meanwhile) ends the loop, more said.
+    # A request that ended nothing (every run it listed moved on meanwhile) ends the loop, more
+    # said, and the exit status says runs may be left.
     answers[:] = [{"job": "j", "cancelled": 0, "runs": [], "passed": [{"run": "j@5", "state": "running"}],
                    "more": True}]
     calls.clear()
     rc, _ = _run(monkeypatch, ["cancel", "--job", "j"])
-    assert rc == 0 and len(calls) == 1 and json.loads(capsys.readouterr().out)["more"] is True
+    out = capsys.readouterr()
+    assert rc == 1 and len(calls) == 1 and json.loads(out.out)["more"] is True and "may be left" in out.err
+    # A failure after a request that ended runs: what was ended is printed, then the error.
+    from raftsched.core.errors import Unavailable
+    answers[:] = [{"job": "j", "cancelled": 1, "runs": ["j@6"], "passed": [], "more": True}]
+    calls.clear()
+
+    def failing_second(self, name, reason=None, running=False):
+        calls.append(name)
+        if len(calls) == 2:
+            raise Unavailable("no leader")
+        return answers[0]
+    monkeypatch.setattr(_FakeClient, "cancel_job_runs", failing_second, raising=False)
+    rc, _ = _run(monkeypatch, ["cancel", "--job", "j"])
+    out = capsys.readouterr()
+    assert rc != 0 and json.loads(out.out)["runs"] == ["j@6"] and "no leader" in out.err, (rc, out)
+    monkeypatch.setattr(_FakeClient, "cancel_job_runs", cancel_job_runs, raising=False)
     # One of RUN and --job, and --running only with --job: usage errors, nothing sent.
     calls.clear()
     for argv in (["cancel"], ["cancel", "j@1", "--job", "j"], ["cancel", "j@1", "--running"]):

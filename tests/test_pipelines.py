@@ -559,3 +559,29 @@ def test_a_slots_pipeline_view_shows_the_runs_that_ran_it_again():
     view = [(r["id"].split("@")[0] + ("#" if "#" in r["id"] else ""), r["state"]) for r in pipelines.slot_runs(s, "a", S1)]
     assert view[:2] == [("a", "dead"), ("a#", "succeeded")], view
     assert ("b#", "succeeded") in view or ("b", "succeeded") in view, view
+
+
+def test_a_jobs_cancel_leaves_its_backfills_runs_to_the_backfill():
+    """(a review) POST /v1/jobs/{name}/cancel listed a backfill's queued runs with the job's: each
+    press left holes in the range the backfill was asked to run. Its own cancel ends those."""
+    from raftsched.core import backfill_model, queries
+    s = chain_state(("a", job_raw(every_s=10)))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, False)
+    req = backfill_model.validate_backfill({"from": "2026-05-28T20:26:50Z", "to": "2026-05-28T20:27:00Z",
+                                            "reprocess": "failed"}, S1 + 15 * SEC)
+    job = s.jobs["a"]
+    fields = {"name": "bf1", "job": "a", "from": req["from"], "to": req["to"], "reprocess": "failed",
+              "order": "oldest", "max_concurrent": 1, "rate_milli": None, "max_slots": 10, "overlap": "allow",
+              "planned": 1, "schedule": job["spec"]["schedule"], "anchor": job["anchor"]}
+    assert apply(s, commands.backfill(S1 + 15 * SEC, "r1", fields))["ok"]
+    from backfill_helpers import step
+    assert step(s, "bf1", S1 + 15 * SEC)["created"] == 1
+    tick(s, S1 + 20 * SEC)  # the job's own next slots, queued
+    own = [r for r in s.history["a"] if s.runs[r]["state"] == "queued" and "backfill" not in s.runs[r]
+           and s.runs[r].get("kind") != "backfill"]
+    theirs = [r for r in s.history["a"] if s.runs[r]["state"] == "queued" and r not in own]
+    assert own and theirs, (own, theirs)
+    assert queries.runs_to_cancel(s, "a", False, None, 100, 1000) == (own, False)
+    assert queries.runs_to_cancel(s, "a", False, None, 1, 1000) == (own[:1], len(own) > 1)
+    assert queries.runs_to_cancel(s, "a", False, None, 100, 1) == ([], True)  # (the scan's bound: more said)

@@ -326,21 +326,31 @@ def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
 
 
 def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
-                   limit: int) -> tuple[list[str], bool]:
-    """The ids of job ``name``'s queued runs (and with ``running`` its running ones), oldest slot
-    first, those of ``tenants`` only (None: every tenant; a job moved from another tenant keeps
-    that tenant's runs), at most ``limit``; and whether more are left (``POST
-    /v1/jobs/{name}/cancel``). A job's queued and running runs are never trimmed from its history.
+                   limit: int, scan_max: int) -> tuple[list[str], bool]:
+    """The ids of job ``name``'s queued runs (and with ``running`` its running ones), oldest first
+    (the order its history holds them in: as they were fired or triggered), those of ``tenants``
+    only (None: every tenant; a job moved from another tenant keeps that tenant's runs), not a
+    backfill's (its own cancel ends those: a job's cancel would leave holes in the range it was
+    asked to run), at most ``limit``; and whether more may be left (``POST
+    /v1/jobs/{name}/cancel``): ``limit`` found, or ``scan_max`` entries read (a history's front
+    of runs that are not queued: the walk holds the replica's lock). A job's queued and running
+    runs are never trimmed from its history.
 
     :raises NotFound: no such job."""
     if name not in s.jobs:
         raise NotFound(f"no job named {name!r}", field="name")
     runs = s.runs
-    hit = [(r["slot"], rid) for rid in s.history.get(name, ())
-           if ((r := runs[rid])["state"] == "queued" or (running and r["state"] == "running"))
-           and (tenants is None or _tenant_of_run(s, r) in tenants)]
-    hit.sort()
-    return [rid for _slot, rid in hit[:limit]], len(hit) > limit
+    out: list[str] = []
+    for k, rid in enumerate(s.history.get(name, ())):
+        if k >= scan_max:
+            return out, True
+        r = runs[rid]
+        if (r["state"] == "queued" or (running and r["state"] == "running")) and not r.get("kind") == "backfill" \
+                and "backfill" not in r and (tenants is None or _tenant_of_run(s, r) in tenants):
+            if len(out) == limit:
+                return out, True
+            out.append(rid)
+    return out, False
 
 
 class RunWindow:

@@ -256,6 +256,9 @@ stale_replans_max = 3
 #: the outbox keeps 20 000 events, so one request cannot push many out; the answer's ``more``
 #: says when some are left (``raftsched cancel --job`` asks again).
 cancel_job_runs_max = 1_000
+#: ... and the entries of the job's history it reads at most to find them (under the replica's
+#: lock: ~0.1 s; a front of runs that are not queued, running or dead, makes it answer ``more``).
+cancel_job_scan_max = 100_000
 #: A PUT's (or a batch's) warning that no live worker may take the job's runs reads the live
 #: workers at most this often (node/service.py _live_workers): a walk of the registry each PUT
 #: would cost a registration by PUTs ~10 ms a job with 10 000 workers.

@@ -22,7 +22,8 @@ from ..clock import Clock
 from .walks import SingleFlight, off_loop
 from ..core import (bodies, commands, deadlines, limits, model, network, pipelines, policy, preview, queries, schedule,
                    specdiff)
-from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, LimitExceeded, NotFound, Unavailable
+from ..core.errors import (BadRequest, Conflict, Forbidden, InvalidSpec, LimitExceeded, NotFound, RaftschedError,
+                           Unavailable)
 from ..core.jobs import tenant_full, tenant_overflow
 from ..core.model import check_name
 from ..core.notify_model import validate_routes
@@ -1026,21 +1027,35 @@ class Service:
             ``more`` when runs beyond the bound are left (ask again).
         :raises NotFound: no such job. :raises RaftschedError: a command's failure (the ones
             applied before it stay: asking again cancels the rest)."""
-        ids, more = self.read(queries.runs_to_cancel, name, running, tenants, node_limits.cancel_job_runs_max)
+        await self.read_barrier()  # (the runs queued up to now, not a lagging replica's view)
+        ids, more = self.read(queries.runs_to_cancel, name, running, tenants, node_limits.cancel_job_runs_max,
+                              node_limits.cancel_job_scan_max)
         key, now, step = rid or new_request_id(), self.clock.now_ms(), limits.run_refs_per_command
         parts = [ids[k:k + step] for k in range(0, len(ids), step)]
-        # Each command's request id is the request's and its runs': a request sent again lists
+        # Each command's request id is the request's key and its runs': a request sent again lists
         # the runs still left, and only a command for the same runs replays the first answer (an
-        # id of the request's and the command's place alone replayed another part's answer for
-        # runs it then left queued). Its start keeps the key's kind (node/http.py scope_key).
+        # id of the request's key and the command's place alone replayed another part's answer
+        # for runs it then left queued). In the nodes' log of ids, not the clients' (a
+        # million-run cancel would push every client's key out of it).
         results = await asyncio.gather(*(
             self.propose(commands.cancel_runs(now, _part_rid(key, part), runs=part, reason=reason, running=running))
             for part in parts), return_exceptions=True)
-        for res in results:
+        done: list[str] = []
+        passed: list[dict] = []
+        failed = None
+        for part, res in zip(parts, results):
             if isinstance(res, BaseException):
-                raise res
-        done = [r for res in results if isinstance(res, dict) for r in res["cancelled"]]
-        passed = [{"run": r, "state": st} for res in results if isinstance(res, dict) for r, st in res["passed"]]
+                failed = failed or res
+                continue
+            over = {r for r, _st in res["passed"]}
+            done += [r for r in part if r not in over]
+            passed += [{"run": r, "state": st} for r, st in res["passed"]]
+        if failed is not None:
+            if not done or not isinstance(failed, RaftschedError):
+                raise failed
+            # Some parts applied: said with the error (asking again ends what is left).
+            raise type(failed)(f"{failed.message} ({len(done)} run(s) of job {name!r} were cancelled beside it: "
+                               "ask again to cancel the rest)", failed.field, **{**failed.extra, "cancelled": len(done)})
         return {"job": name, "cancelled": len(done), "runs": done, "passed": passed, "more": more}
 
     # ------------------------------------------------------------------ the fencing counter
@@ -1384,9 +1399,10 @@ class Service:
 
 def _part_rid(key: str, runs: list[str]) -> str:
     """A request id for the part of ``POST /v1/jobs/{name}/cancel`` that ends ``runs``, derived
-    from the request's ``key``: the same runs under the same key, the same id."""
-    h = hashlib.blake2b("\0".join([key, *runs]).encode("utf-8", "backslashreplace"), digest_size=12).hexdigest()
-    return f"{key[:20]}~{h}"
+    from the request's ``key``: the same runs under the same key, the same id; ``jc-``, in the
+    request log of the ids nodes make (records.RequestLog), as a batch's ``jb-``."""
+    h = hashlib.blake2b("\0".join([key, *runs]).encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
+    return "jc-" + h
 
 
 def _worker_warnings(spec: dict, waits: str | None) -> list[str]:
