@@ -1262,3 +1262,31 @@ def test_a_job_cancel_sent_again_with_its_key_ends_what_is_left_and_replays_what
         assert b["runs"] == ids[3:], b
         assert all(env.state.runs[r]["state"] == "skipped" for r in ids)
     run(t)
+
+
+def test_a_job_cancel_whose_command_fails_says_what_the_others_ended(monkeypatch):
+    from raftsched.core import limits
+    from raftsched.core.errors import Indeterminate
+    monkeypatch.setattr(limits, "run_refs_per_command", 2)
+
+    async def t(env, c):
+        await put(c, "p")
+        for _ in range(3):
+            await c.post("/v1/jobs/p/trigger")
+            env.clock.advance(1_000)
+        real, calls = env.service.propose, []
+
+        async def second_fails(cmd):
+            calls.append(cmd["op"])
+            if cmd["op"] == "cancel_runs" and calls.count("cancel_runs") == 2:
+                raise Indeterminate("no answer in 5 s")
+            return await real(cmd)
+        monkeypatch.setattr(env.service, "propose", second_fails)
+        r = await c.post("/v1/jobs/p/cancel")
+        body = await r.json()
+        assert r.status == 504 and body["error"]["cancelled"] == 2, body
+        assert "2 run(s) of job 'p' were cancelled beside it" in body["error"]["message"], body
+        monkeypatch.setattr(env.service, "propose", real)
+        again = await (await c.post("/v1/jobs/p/cancel")).json()
+        assert again["cancelled"] == 1 and again["more"] is False, again  # asked again: the rest
+    run(t)
