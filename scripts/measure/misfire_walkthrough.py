@@ -143,7 +143,9 @@ def render() -> str:
       "already running do not count, so with a free worker slot runs of the job overlap as under `allow` (one "
       "waits behind them only when none is free; `forbid` or `max_concurrent` bound how many run) | untouched |")
     w("| `replace` | a run | revoked: state `failed`, error `replaced by run ...`; its token goes stale, its worker kills "
-      "it; the job's `last_slot_outcome` says so (no death: docs/notifications.md, \"Health\") |")
+      "it; the job's `last_slot_outcome` says so (no death: docs/notifications.md, \"Health\"; a job whose runs "
+      "never get to end is told only by a `max_since_success_s` deadline, and a `PUT` of a `replace` job without one "
+      "answers a warning saying so) |")
     w("")
     w("A run waiting for a retry counts as active (queued).")
     w("")
