@@ -568,8 +568,10 @@ def _cancel(a, c: Client) -> int:
     --job NAME [--running] [--reason R]``: POST /v1/jobs/NAME/cancel again while it says
     ``more`` (each request ends up to 1 000 runs), printing one answer: the runs ended, those
     passed over (started or ended meanwhile), and how many requests it took."""
-    if (a.id is None) == (a.job is None):
-        raise UsageError("give a RUN id, or --job NAME (not both)")
+    if a.id is not None and a.job is not None:
+        raise UsageError("give a RUN id or --job NAME, not both")
+    if a.id is None and a.job is None:
+        raise UsageError("give a RUN id (NAME@MS...), or --job NAME for every queued run of a job")
     if a.job is None:
         if a.running:
             raise UsageError("--running goes with --job (a RUN is cancelled queued or running)")
@@ -1182,7 +1184,7 @@ def main(argv: list[str] | None = None) -> int:
         makes the Client call whose answer is printed (``cli_output.show``); ``run(args, client)``
         does its own and returns the exit status. A RaftschedError either raises is printed by
         ``_with_client``. A ``read`` takes ``--stale``."""
-        c = (parent or sub).add_parser(name, help=help_)
+        c = (parent or sub).add_parser(name, help=help_, description=help_)
         _target_args(c, "this client's")
         c.add_argument("-o", "--output", choices=FORMATS, default=None,
                        help="how answers are printed (default: table on a terminal, json when piped)")
@@ -1270,12 +1272,13 @@ def main(argv: list[str] | None = None) -> int:
     c = client("cancel", "cancel a queued or running run by its id (NAME@MS...), or with --job every queued run of "
                          "a job: a queued one is recorded skipped (reason cancelled), a running one ends failed and "
                          "its worker stops it at its next heartbeat; neither is retried", run=_cancel)
-    c.add_argument("id", nargs="?")
+    c.add_argument("id", nargs="?", help="the run's id (NAME@MS..., as raftsched runs NAME lists it)")
     c.add_argument("--job", metavar="NAME", help="every queued run of this job (an outage's backlog), oldest first, "
                                                  "in requests of up to 1 000 until none is left")
     c.add_argument("--running", action="store_true", help="with --job: its running runs too")
-    c.add_argument("--reason", help="why, in your words: the run's error shows it (the node's audit log names the "
-                                    "token that asked)")
+    c.add_argument("--reason", type=lambda v: v.strip() or None,
+                   help="why, in your words: the run's error shows it (the node's audit log names the token that "
+                        "asked); an empty one is none")
     c = client("dlq", "list dead runs, newest first (optionally of one queue)",
                lambda a, c: c.dlq(a.queue, a.limit), read=True)
     c.add_argument("--queue")

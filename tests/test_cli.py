@@ -322,6 +322,8 @@ def test_cancel_calls_the_client_with_its_reason(monkeypatch, capsys):
         "called": "cancel_run", "args": ["j@1796173200000", "bad input"]}
     rc, _ = _run(monkeypatch, ["cancel", "j@1796173200000"])
     assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "cancel_run", "args": ["j@1796173200000", None]}
+    rc, _ = _run(monkeypatch, ["cancel", "j@1796173200000", "--reason", "  "])  # (a walk: an empty one was a 422)
+    assert rc == 0 and json.loads(capsys.readouterr().out)["args"] == ["j@1796173200000", None]
 
 
 def test_cancel_job_asks_again_while_runs_are_left_and_prints_one_answer(monkeypatch, capsys):
@@ -364,10 +366,11 @@ def test_cancel_job_asks_again_while_runs_are_left_and_prints_one_answer(monkeyp
     monkeypatch.setattr(_FakeClient, "cancel_job_runs", cancel_job_runs, raising=False)
     # One of RUN and --job, and --running only with --job: usage errors, nothing sent.
     calls.clear()
-    for argv in (["cancel"], ["cancel", "j@1", "--job", "j"], ["cancel", "j@1", "--running"]):
+    for argv, said in ((["cancel"], "give a RUN id (NAME@MS...), or --job NAME"),
+                       (["cancel", "j@1", "--job", "j"], "not both"), (["cancel", "j@1", "--running"], "--running goes")):
         rc, _ = _run(monkeypatch, argv)
         out = capsys.readouterr()
-        assert rc == 2 and not calls and "called" not in out.out, (argv, out)
+        assert rc == 2 and not calls and "called" not in out.out and said in out.err, (argv, out)
 
 
 @pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"], ["cancel", "r@1"],

@@ -258,6 +258,10 @@ def test_a_grant_carries_start_by_and_a_run_given_back_past_it_is_withdrawn():
     r = s.runs[rid]
     assert (r["state"], r["reason"], r["attempt"]) == ("skipped", "late_start", 1)
     assert r["attempts"][-1]["released"] is True and r["attempts"][-1]["unstarted"] is True
+    # (a walk: the run's view said it started, at its lease's time, beside never_started)
+    from raftsched.node.views import run_view
+    v = run_view(r)
+    assert v["started_at"] is None and v["attempts"][-1]["started_at"] is not None, v
     d = rec(s, rid)
     assert (d["state"], d["deadline"], d["cause"]) == ("missed", "start_within_s", "never_started")
     assert counters(s) == counters(restored(s)) == {"depth": {}, "running": {}, "running_ids": set(), "dead": {}}

@@ -1219,6 +1219,10 @@ def test_a_put_says_at_once_when_no_live_worker_may_take_its_jobs_runs():
         (line,) = typo["warnings"]
         assert line.startswith("placement: no live worker serving queue 'default' for python runs") \
             and '{"region": "ue"}' in line and "run.unplaceable" in line, line
+        assert "(none carries region=ue)" in line, line  # (a walk: which label of it is the typo)
+        both = await put("both", dict(SPEC, placement={"labels": {"region": "eu", "pool": "gpu"}}))
+        assert "(none carries pool=gpu)" in both["warnings"][0] and "region=eu" not in both["warnings"][0].split(
+            "none carries")[1], both
         assert "typo" in env.state.jobs  # written all the same
         assert "warnings" not in await put("fits", dict(SPEC, placement={"labels": {"region": "eu"}}))
         assert "warnings" not in await put("plain", SPEC)  # no placement, no restricted worker: any worker

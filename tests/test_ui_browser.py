@@ -145,6 +145,7 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     wait_for(lambda: http("GET", url + "/v1/runs/" + quote(queued, safe=""), None, token)[1]["state"] == "skipped",
              10, "the run cancelled")
     assert page.wait_for_selector("#run-why").inner_text() == "cancelled: cancelled by request: no worker has that pool"
+    page.wait_for_selector("#banner:not([hidden]):has-text('cancelled: queued -> skipped')")
     # Its backlog at once, from the job's page: two runs by hand, both queued (no worker has the pool).
     backlog = [http("POST", cluster.url(leader) + "/v1/jobs/ui-late/trigger", None, token)[1]["run"] for _ in range(2)]
     page.goto(url + "/ui/#/job/ui-late")
@@ -152,7 +153,7 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     page.click("button[data-action='cancel queued']")
     wait_for(lambda: all(http("GET", url + "/v1/runs/" + quote(r, safe=""), None, token)[1]["error"]
                          == "cancelled by request: drop the backlog" for r in backlog), 10, "the backlog cancelled")
-    assert "queued run(s) of ui-late cancelled" in page.wait_for_selector("#banner:not([hidden])").inner_text()
+    page.wait_for_selector("#banner:not([hidden]):has-text('queued run(s) of ui-late cancelled')")
 
     # A dead run, requeued from the page: it runs again (a second attempt).
     failing = {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["sh", "-c", "exit 3"]},

@@ -274,6 +274,16 @@ def waits_for_worker(live: list[LiveWorker], specs: list[Record]) -> list[str | 
     return out
 
 
+def labels_none_carries(live: list[LiveWorker], spec: Record) -> list[str]:
+    """The labels (``key=value``) of ``spec``'s placement that no worker of ``live`` serving its
+    queue and executor type carries: what to name in a PUT's warning (a typo in a label's name or
+    value), none when each is some worker's (no one worker carries them all). Pure."""
+    want = (spec.get("placement") or {}).get("labels") or {}
+    q, t = spec["queue"], spec["executor"]["type"]
+    serving = [labels for qs, labels, ex, _d, _ts, _tg in live if (qs is None or q in qs) and t in ex]
+    return [f"{k}={v}" for k, v in sorted(want.items()) if not any(lb.get(k) == v for lb in serving)]
+
+
 def live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
     """The live workers as :func:`waiting_for_many` judges runs against them (a walk of the
     registry: a caller deciding runs in several calls builds it once)."""

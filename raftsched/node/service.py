@@ -321,19 +321,21 @@ class Service:
         error for a write that was applied (the client would take it for not applied), so it is
         logged and the answer has none."""
         try:
-            return [self._warnings(spec, tenants, why)
-                    for spec, why in zip(specs, queries.waits_for_worker(self._live_workers(), specs))]
+            live = self._live_workers()
+            return [self._warnings(spec, tenants, why, live)
+                    for spec, why in zip(specs, queries.waits_for_worker(live, specs))]
         except Exception:
             log.exception("api: the warnings of %d written job(s) could not be read; answered without them",
                           len(specs))
             return [[] for _ in specs]
 
-    def _warnings(self, spec: dict, tenants: frozenset | None, waits: str | None = None) -> list[str]:
+    def _warnings(self, spec: dict, tenants: frozenset | None, waits: str | None = None,
+                  live: list | None = None) -> list[str]:
         """What a PUT of ``spec`` accepts but says: routes that reach no sink, a URL its runs
         may not call, no live worker that may take its runs (``waits``: queries.waits_for_worker's
         answer for it)."""
         return (self._route_warnings(spec, tenants) + self._network_warnings(spec, tenants)
-                + _heartbeat_warnings(spec) + _replace_warnings(spec) + _worker_warnings(spec, waits))
+                + _heartbeat_warnings(spec) + _replace_warnings(spec) + _worker_warnings(spec, waits, live))
 
     def _live_workers(self) -> list:
         """The live workers as a PUT's warning judges them (queries.live_workers), read at most once
@@ -586,8 +588,9 @@ class Service:
                 told.append((res, spec))
             out[name] = res
         # The warnings the batch would answer (the live workers read once for them all).
-        for (res, spec), why in zip(told, queries.waits_for_worker(self._live_workers(), [sp for _, sp in told])):
-            warnings = self._warnings(spec, tenants, why)
+        live = self._live_workers()
+        for (res, spec), why in zip(told, queries.waits_for_worker(live, [sp for _, sp in told])):
+            warnings = self._warnings(spec, tenants, why, live)
             if warnings:
                 res["warnings"] = warnings
         answer = {"dry_run": True, "jobs": out, "create": counts["create"], "replace": counts["replace"],
@@ -1405,11 +1408,12 @@ def _part_rid(key: str, runs: list[str]) -> str:
     return "jc-" + h
 
 
-def _worker_warnings(spec: dict, waits: str | None) -> list[str]:
+def _worker_warnings(spec: dict, waits: str | None, live: list | None = None) -> list[str]:
     """A line when no live worker may take the runs of a job of ``spec`` now (``waits``: what a
     queued run's ``waiting_for`` would say, queries.waits_for_worker): accepted (the worker may
     register after its jobs are put), but its runs wait queued until one does, and
-    ``run.unplaceable`` tells of one only once it waited limits.unplaceable_report_ms."""
+    ``run.unplaceable`` tells of one only once it waited limits.unplaceable_report_ms. With the
+    ``live`` workers, it names the labels of the placement none of them carries (a typo's)."""
     if waits is None:
         return []
     later = (f"run.unplaceable tells of a run that waited {limits.unplaceable_report_ms // 1000} s; "
@@ -1419,7 +1423,9 @@ def _worker_warnings(spec: dict, waits: str | None) -> list[str]:
                 f"workers of its app run a version without it): its runs wait for one, for "
                 f"{limits.handler_wait_ms // 60_000} minutes from their due; {later}"]
     labels = (spec.get("placement") or {}).get("labels")
-    what = (f"carries the labels {json.dumps(labels, sort_keys=True)}" if labels
+    nobody = queries.labels_none_carries(live, spec) if labels and live is not None else []
+    what = (f"carries the labels {json.dumps(labels, sort_keys=True)}"
+            + (f" (none carries {', '.join(nobody)})" if nobody else "") if labels
             else "takes runs without a placement (the live ones are dedicated to their labels, limited to tenants "
                  "or to their app's handlers)")
     tenant = spec["tenant"]

@@ -82,13 +82,19 @@ def spec_view(spec: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
 
 
 def run_view(run: dict) -> dict:
-    """A run or recorded slot (queries.run) as ``GET /v1/runs/{id}`` shows it."""
+    """A run or recorded slot (queries.run) as ``GET /v1/runs/{id}`` shows it. Its ``started_at``
+    is null when its latest attempt is one its worker gave back unbegun (``unstarted``: the
+    lease's time is no start; the attempt keeps it), unless a lease is held now."""
+    atts = run.get("attempts")
+    started = run.get("started_at")
+    if atts and run["state"] != "running" and atts[-1].get("unstarted"):
+        started = None
     v = {
         "id": run["id"], "job": run["job"], "slot": schedule.iso(run["slot"]), "slot_ms": run["slot"],
         "state": run["state"], "kind": run.get("kind"),
         "attempt": run.get("attempt"), "fencing_token": run.get("fencing_token"),
         "worker": run.get("worker"), "queue": run.get("queue"), "tenant": run.get("tenant"),
-        "fired_at": schedule.iso(run.get("fired_at")), "started_at": schedule.iso(run.get("started_at")),
+        "fired_at": schedule.iso(run.get("fired_at")), "started_at": schedule.iso(started),
         "finished_at": schedule.iso(run.get("finished_at")), "error": run.get("error"),
     }
     if run.get("kind") != "recorded":

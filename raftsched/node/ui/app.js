@@ -85,7 +85,8 @@ function action(label, scope, question, run, why = false) {
     if (why) {
       const got = window.prompt(question + `\n\nWhy (optional, shown on the run; at most ${REASON_CHARS_MAX} characters):`, "");
       if (got === null) return;
-      said = got.trim().slice(0, REASON_CHARS_MAX);
+      // (by characters, as the API counts them: a UTF-16 slice could halve an emoji, a 422)
+      said = Array.from(got.trim()).slice(0, REASON_CHARS_MAX).join("");
     } else if (!window.confirm(question)) return;
     ev.target.disabled = true;
     try { const told = await run(said); flash(typeof told === "string" ? told : ""); } catch (e) { flash(`${label} failed: ${e.message}`); }
@@ -443,7 +444,10 @@ pages.run = {
     const cancel = r.state === "queued" || r.state === "running" ? action("cancel", "jobs.write", r.state === "running"
       ? `Cancel ${r.id}? It ends failed and is not retried; its worker stops it at its next heartbeat.`
       : `Cancel ${r.id}? It does not run: its slot is recorded skipped (cancelled).`,
-    (reason) => api("POST", `/v1/runs/${encodeURIComponent(r.id)}/cancel`, reason ? { reason } : undefined), true) : null;
+    async (reason) => {
+      const res = await api("POST", `/v1/runs/${encodeURIComponent(r.id)}/cancel`, reason ? { reason } : undefined);
+      return `${r.id} cancelled: ${res.was} -> ${res.state}`;
+    }, true) : null;
     area.replaceChildren(h("h1", {}, "Run ", r.id), h("p", {}, pill(r.state), " job ",
       h("a", { href: "#/job/" + encodeURIComponent(r.job) }, r.job), ` · slot ${r.slot} · attempt ${fmt(r.attempt)}`,
       cancel ? [" ", cancel] : null),
