@@ -1274,3 +1274,20 @@ def test_a_put_whose_warnings_cannot_be_read_answers_the_applied_write_without_t
         assert b["jobs"]["k"]["created"] is True and "warnings" not in b["jobs"]["k"], b
     run(t)
     assert "could not be read" in caplog.text
+
+
+def test_a_heartbeat_says_why_the_cluster_ended_a_run_whose_lease_it_lost():
+    """A walk: a cancelled running run's worker logged a lost lease, then a stale-token refusal of
+    its report, and an on-call went looking for a network fault. The heartbeat's answer says
+    which lost leases' runs were ended, and why; a lease lost otherwise says nothing more."""
+    async def t(env, c):
+        await put_job(env, "j")
+        rid = await trigger(env, "j")
+        other = await trigger(env, "j")
+        got = {g["id"]: g for g in (await lease(c, "w1", wait_s=5, max=2))["runs"]}
+        await env.service.cancel_run(rid, None, reason="wrong input")
+        hb = await post(c, path("w1", "heartbeat"), {"leases": [[rid, got[rid]["token"]],
+                                                                [other, got[other]["token"] + 1000]]})
+        assert sorted(hb["lost"]) == sorted([rid, other]), hb
+        assert hb["ended"] == {rid: "cancelled by request: wrong input"}, hb  # not the wrong token's
+    run(t)

@@ -329,10 +329,14 @@ def test_a_stopped_worker_does_not_report_the_runs_it_killed_as_failed():
     run(t())
 
 
-def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed():
+def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed(caplog):
     """POST /v1/runs/{id}/cancel of a running run (core/cancel.py): the lease ends in the state,
-    the worker's next heartbeat is told it lost the run and kills it, its slot takes the next run,
-    and the cancelled run stays failed with the reason (its kill is not reported over it)."""
+    the worker's next heartbeat is told it lost the run and why, and kills it (saying it was
+    cancelled, not that a lease was lost: a walk's on-call went looking for a network fault), its
+    slot takes the next run, and the cancelled run stays failed with the reason (its kill is not
+    reported over it, nor refused as stale)."""
+    caplog.set_level("INFO", logger="raftsched.worker")
+
     async def t():
         env = Env("cancelled", "exec_targets:slow_async", runs=1, slots=1, lease_ttl_ms=3_000)
         (rid,) = await env.setup()
@@ -352,7 +356,11 @@ def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed(
         r = env.state.runs[rid]
         assert (r["state"], r["error"]) == ("failed", "cancelled by request: stuck on a lock"), r
         assert len(r["attempts"]) == 1 and r["attempts"][0]["ok"] is False
+        assert not [c for c in env.raft.ops("complete_many") for item in c["results"] if item["run"] == rid]
+        assert env.worker.refused == 0
     run(t())
+    said = caplog.text
+    assert "was ended by the cluster (cancelled by request: stuck on a lock)" in said and "lost (heartbeat" not in said
 
 
 def test_a_prefetched_run_of_a_late_start_skip_job_is_given_back_at_its_start_by_not_started_late():

@@ -325,6 +325,20 @@ def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
     return {"job": name, "runs": out, "history_max": j["spec"]["history"], "next": None}
 
 
+def ended_leases(s: SchedulerState, leases: list[list[Any]]) -> dict[str, str]:
+    """Of ``leases`` (``[run_id, token]``) a heartbeat found lost, those whose run was ended while
+    that lease held it, by something other than its worker: a cancel by request, its overlap
+    policy's replace. ``{run_id: the run's error}``: what a worker says when it kills the run
+    (docs/api.md, "The worker protocol"), instead of a lost lease it cannot explain. A lease lost
+    otherwise (expired: the run queued again, under another token) is not among them."""
+    out: dict[str, str] = {}
+    for rid, tok in leases:
+        r = s.runs.get(rid) if type(rid) is str else None
+        if r is not None and r["state"] == "failed" and r.get("fencing_token") == tok and isinstance(r.get("error"), str):
+            out[rid] = r["error"]
+    return out
+
+
 def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
                    limit: int, scan_max: int) -> tuple[list[str], bool]:
     """The ids of job ``name``'s queued runs (and with ``running`` its running ones), oldest first

@@ -449,8 +449,10 @@ class Fleet:
         await asyncio.shield(t)
 
     async def heartbeat(self, wid: str, body, tenants=None) -> dict:
-        """``POST /v1/workers/{id}/heartbeat``: ``{"extended", "lost", "draining"}``. With
-        ``tenants`` (the token's), a lease of a run of another tenant is ``lost``."""
+        """``POST /v1/workers/{id}/heartbeat``: ``{"extended", "lost", "draining"}``, and ``ended``
+        (``{run: its error}``) for the lost leases whose run was ended while they held it (a
+        cancel by request, an overlap replace: queries.ended_leases). With ``tenants`` (the
+        token's), a lease of a run of another tenant is ``lost``."""
         wid = _worker_id(wid)
         b = check_body(body, HEARTBEAT_FIELDS)
         leases, ttl = _leases(b), _ttl(b)
@@ -459,6 +461,11 @@ class Fleet:
         res = await self._propose_lingering(commands.heartbeat(self.clock.now_ms(), worker=wid, leases=leases,
                                                                ttl=ttl, tenants=tenants))
         answer = {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
+        if res["lost"]:
+            gone = set(res["lost"])
+            ended = self.raft.read(queries.ended_leases, [lease for lease in leases if lease[0] in gone])
+            if ended:
+                answer["ended"] = ended
         if longer is not None:
             answer["next_heartbeat_s"] = longer
         return self._timed(answer)

@@ -520,10 +520,14 @@ def _more_responses() -> dict[str, Schema]:
                                                          "(the node has many workers waiting)")},
                         ("runs", "draining", "held_ms")),
         "heartbeat": _open({"extended": i, "lost": {"type": "array", "items": s}, "draining": _BOOL, "cluster_ms": i,
+                            "ended": {"type": "object", "additionalProperties": s,
+                                      "description": "lost leases whose run the cluster ended while they held it "
+                                                     "(a cancel, an overlap replace): run id -> its error"},
                             "next_heartbeat_s": _num(0, limits.lease_ttl_ms_max / 1000,
                                                      description="the interval to heartbeat at next (the node has "
-                                                                 "many workers heartbeating), at most a third of "
-                                                                 "the lease TTL")},
+                                                                 "many workers heartbeating), longer than the "
+                                                                 "worker's own and at most a quarter of the lease "
+                                                                 "TTL")},
                            ("extended", "lost", "draining")),
         "completed": _open({"results": arr}, ("results",)),
         "released": _open({"released": {}, "lost": arr}, ("released", "lost")),

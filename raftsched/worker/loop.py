@@ -126,6 +126,9 @@ class Channel(Protocol):
 
     #: the worker's id, as every command and request names it
     worker_id: str
+    #: run id -> why the cluster ended it, for leases the last heartbeats found lost because their
+    #: run was ended while they held it (a cancel, an overlap replace); the loop pops what it reads
+    lost_why: dict[str, str]
     #: "embedded" or "remote"
     kind: str
 
@@ -799,9 +802,25 @@ class LeaseLoop:
             # because the report applied (its answer is still to come), or it expired, and
             # then the report is refused as stale.
             elif not h.cancel.is_set() and not h.reporting:
-                log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
+                why = self._lost_why(rid)
+                if why is not None:
+                    # Ended by the cluster (a cancel by request, an overlap replace): said so, and
+                    # the kill's outcome is not reported (the run has its outcome already).
+                    log.info("worker: run %s was ended by the cluster (%s): killing it", rid, why)
+                    h.kill_unreported = True
+                else:
+                    log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
                 h.cancel.set()
+        said = getattr(self.channel, "lost_why", None)
+        if isinstance(said, dict):
+            said.clear()  # (of leases this worker no longer held, or held under another token)
         return gone
+
+    def _lost_why(self, rid: str) -> str | None:
+        """Why the cluster ended run ``rid`` whose lease a heartbeat found lost, when its channel
+        was told (its ``lost_why``: a cancel by request, an overlap replace); None otherwise."""
+        said = getattr(self.channel, "lost_why", None)
+        return said.pop(rid, None) if isinstance(said, dict) else None
 
     def _late(self, g: dict, transit_ms: float | None = None, now_ms: int | None = None) -> bool:
         """Whether grant ``g`` arrived with less than grant_late_ttl_share of its lease left: by
@@ -1224,6 +1243,9 @@ class EmbeddedChannel:
         self.raft = raft
         #: the node's name, written into its acquires (node/dispatch.py Dispatcher.by)
         self.by = by
+        #: why the cluster ended runs whose leases a heartbeat found lost (queries.ended_leases), until
+        #: the loop reads it (LeaseLoop._lost_why)
+        self.lost_why: dict[str, str] = {}
         #: a grant with its secrets unsealed (raftsched/sealing.py unseal_grant, with the node's ring)
         self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
         #: keys its node's ring lacked to unseal a run's secrets (sealing.note_keys_missing): the
@@ -1270,7 +1292,11 @@ class EmbeddedChannel:
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
         res = await self._propose(commands.heartbeat(self.clock.now_ms(), worker=self.worker_id, leases=leases,
                                                      ttl=ttl_ms), timeout_s=timeout_s)
-        return res.get("lost", []), bool(res.get("draining"))
+        lost = res.get("lost", [])
+        if lost:
+            gone = set(lost)
+            self.lost_why.update(self.raft.read(queries.ended_leases, [lease for lease in leases if lease[0] in gone]))
+        return lost, bool(res.get("draining"))
 
     def heartbeat_interval_s(self, own_s: float, longest_s: float) -> float:
         return own_s  # (one worker a node: its own node never asks for longer)

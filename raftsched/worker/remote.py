@@ -149,6 +149,8 @@ class RemoteChannel:
         self.cfg = cfg
         self.clock = clock
         self.worker_id = cfg.worker_id
+        #: why the cluster ended runs whose leases a heartbeat found lost (its answer's ``ended``)
+        self.lost_why: dict[str, str] = {}
         urls = [u.rstrip("/") for u in cfg.urls]
         # A worker's first pick is spread by its id, so that a fleet does not all start on the
         # first node of the list; afterwards the client sticks to the node that answered last.
@@ -305,6 +307,9 @@ class RemoteChannel:
         hint = res.get("next_heartbeat_s")
         ok = isinstance(hint, (int, float)) and not isinstance(hint, bool) and hint > 0
         self._asked_heartbeat_s = float(hint) if ok else None
+        ended = res.get("ended")
+        if isinstance(ended, dict):  # (a node of a version before it: none)
+            self.lost_why.update({k: v for k, v in ended.items() if isinstance(k, str) and isinstance(v, str)})
         return res.get("lost", []), bool(res.get("draining"))
 
     def heartbeat_interval_s(self, own_s: float, longest_s: float) -> float:
