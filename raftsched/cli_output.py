@@ -166,11 +166,12 @@ def _flat(prefix: str, v: Any, out: list[list[str]], depth: int = 0) -> None:
     """``v``'s scalar fields as rows ``[dotted.key, value]``, objects opened two levels deep.
     A value is shown whole (the last column of a key/value table: nothing to its right to keep
     in line): a walk could not read a warning, an explain's why or a dry run's slots cut at 48
-    characters. A list of texts is one per line under its key."""
+    characters. A list of texts is one per line under its key (one text too: a PUT's one warning
+    showed as an escaped JSON list)."""
     if isinstance(v, dict) and v and depth < 2:
         for k, x in v.items():
             _flat(f"{prefix}.{k}" if prefix else str(k), x, out, depth + 1)
-    elif isinstance(v, list) and v and all(isinstance(x, str) for x in v) and len(v) > 1:
+    elif isinstance(v, list) and v and all(isinstance(x, str) for x in v):
         out.append([prefix, _cell(v[0], whole=True)])
         out.extend(["", _cell(x, whole=True)] for x in v[1:])
     else:
