@@ -578,18 +578,17 @@ def _cancel(a, c: Client) -> int:
         return show(c.cancel_run(a.id, a.reason))
     runs: list[str] = []
     passed: list[dict] = []
-    more, requests = True, 0
+    more, requests, after = True, 0, None
     try:
         while more and requests < CANCEL_JOB_REQUESTS_MAX:
-            res = c.cancel_job_runs(a.job, a.reason, a.running)
+            res = c.cancel_job_runs(a.job, a.reason, a.running, after)
             requests += 1
             runs += res["runs"]
             passed += res["passed"]
-            more = res["more"]
-            if not res["runs"]:
-                # Nothing ended though more may be left (the runs it listed all moved on, or the
-                # node read a front of its history holding none): no progress to count on.
-                break
+            more, nxt = res["more"], res.get("next")
+            if more and (nxt is None or nxt == after):
+                break  # (no cursor to go on from: a node of another version; said below)
+            after = nxt
     except RaftschedError:
         if runs:  # what the requests before the failure ended, then the failure (printed by the caller)
             show({"job": a.job, "cancelled": len(runs), "runs": runs, "passed": passed, "more": True,
@@ -597,7 +596,7 @@ def _cancel(a, c: Client) -> int:
         raise
     show({"job": a.job, "cancelled": len(runs), "runs": runs, "passed": passed, "more": more, "requests": requests})
     if more:
-        print(f"raftsched cancel: runs of job {a.job} may be left (the last request ended none, or "
+        print(f"raftsched cancel: runs of job {a.job} may be left (the node gave no place to go on from, or "
               f"{CANCEL_JOB_REQUESTS_MAX} requests were sent): run it again", file=sys.stderr)
         return 1
     return 0

@@ -1226,10 +1226,12 @@ def test_a_jobs_queued_runs_are_cancelled_oldest_first_a_bounded_number_a_reques
         assert leased == ids[0]  # the oldest due
         theirs = (await (await c.post("/v1/jobs/other/trigger")).json())["run"]
         first = await (await c.post("/v1/jobs/p/cancel", json={"reason": "backlog"})).json()
-        assert first == {"job": "p", "cancelled": 2, "runs": ids[1:3], "passed": [], "more": True}, first
+        assert first == {"job": "p", "cancelled": 2, "runs": ids[1:3], "passed": [], "more": True,
+                         "next": ids[2]}, first
         assert env.state.runs[ids[1]]["error"] == "cancelled by request: backlog"
-        rest = await (await c.post("/v1/jobs/p/cancel")).json()
+        rest = await (await c.post("/v1/jobs/p/cancel", json={"after": first["next"]})).json()
         assert rest == {"job": "p", "cancelled": 1, "runs": ids[3:], "passed": [], "more": False}, rest
+        await err(await c.post("/v1/jobs/p/cancel", json={"after": 7}), 422, "invalid", "after")
         # The running run stays unless asked; another job's run stays.
         assert env.state.runs[leased]["state"] == "running" and env.state.runs[theirs]["state"] == "queued"
         done = await (await c.post("/v1/jobs/p/cancel", json={"running": True})).json()

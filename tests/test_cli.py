@@ -327,22 +327,22 @@ def test_cancel_calls_the_client_with_its_reason(monkeypatch, capsys):
 
 
 def test_cancel_job_asks_again_while_runs_are_left_and_prints_one_answer(monkeypatch, capsys):
-    answers = [{"job": "j", "cancelled": 2, "runs": ["j@1", "j@2"], "passed": [], "more": True},
+    answers = [{"job": "j", "cancelled": 2, "runs": ["j@1", "j@2"], "passed": [], "more": True, "next": "j@2"},
                {"job": "j", "cancelled": 1, "runs": ["j@3"], "passed": [{"run": "j@4", "state": "running"}],
                 "more": False}]
     calls = []
 
-    def cancel_job_runs(self, name, reason=None, running=False):
-        calls.append((name, reason, running))
+    def cancel_job_runs(self, name, reason=None, running=False, after=None):
+        calls.append((name, reason, running, after))
         return answers[len(calls) - 1]
     monkeypatch.setattr(_FakeClient, "cancel_job_runs", cancel_job_runs, raising=False)
     rc, _ = _run(monkeypatch, ["cancel", "--job", "j", "--reason", "backlog", "--running"])
-    assert rc == 0 and calls == [("j", "backlog", True)] * 2
+    assert rc == 0 and calls == [("j", "backlog", True, None), ("j", "backlog", True, "j@2")]
     assert json.loads(capsys.readouterr().out) == {"job": "j", "cancelled": 3, "runs": ["j@1", "j@2", "j@3"],
                                                    "passed": [{"run": "j@4", "state": "running"}], "more": False,
                                                    "requests": 2}
-    # A request that ended nothing (every run it listed moved on meanwhile) ends the loop, more
-    # said, and the exit status says runs may be left.
+    # An answer with more but no cursor (a node of another version) ends the loop, more said,
+    # and the exit status says runs may be left.
     answers[:] = [{"job": "j", "cancelled": 0, "runs": [], "passed": [{"run": "j@5", "state": "running"}],
                    "more": True}]
     calls.clear()
@@ -351,10 +351,10 @@ def test_cancel_job_asks_again_while_runs_are_left_and_prints_one_answer(monkeyp
     assert rc == 1 and len(calls) == 1 and json.loads(out.out)["more"] is True and "may be left" in out.err
     # A failure after a request that ended runs: what was ended is printed, then the error.
     from raftsched.core.errors import Unavailable
-    answers[:] = [{"job": "j", "cancelled": 1, "runs": ["j@6"], "passed": [], "more": True}]
+    answers[:] = [{"job": "j", "cancelled": 1, "runs": ["j@6"], "passed": [], "more": True, "next": "j@6"}]
     calls.clear()
 
-    def failing_second(self, name, reason=None, running=False):
+    def failing_second(self, name, reason=None, running=False, after=None):
         calls.append(name)
         if len(calls) == 2:
             raise Unavailable("no leader")

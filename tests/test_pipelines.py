@@ -582,6 +582,12 @@ def test_a_jobs_cancel_leaves_its_backfills_runs_to_the_backfill():
            and s.runs[r].get("kind") != "backfill"]
     theirs = [r for r in s.history["a"] if s.runs[r]["state"] == "queued" and r not in own]
     assert own and theirs, (own, theirs)
-    assert queries.runs_to_cancel(s, "a", False, None, 100, 1000) == (own, False)
-    assert queries.runs_to_cancel(s, "a", False, None, 1, 1000) == (own[:1], len(own) > 1)
-    assert queries.runs_to_cancel(s, "a", False, None, 100, 1) == ([], True)  # (the scan's bound: more said)
+    hist = s.history["a"]
+    assert queries.runs_to_cancel(s, "a", False, None, 100, 1000) == (own, None)
+    got, nxt = queries.runs_to_cancel(s, "a", False, None, 1, 1000)
+    assert got == own[:1] and nxt == got[0], (got, nxt)  # the limit's: go on after the last found
+    if len(own) > 1:
+        assert queries.runs_to_cancel(s, "a", False, None, 1, 1000, nxt)[0] == own[1:2]
+    got, nxt = queries.runs_to_cancel(s, "a", False, None, 100, 1)  # the scan's bound: a cursor past what it read
+    assert got == [r for r in hist[:1] if r in own] and nxt == hist[0], (got, nxt)
+    assert queries.runs_to_cancel(s, "a", False, None, 100, 1000, "a@gone") == (own, None)  # a cursor gone: from the front

@@ -358,9 +358,10 @@ class AsyncClient(Transport):
         """``POST /v1/runs/{run}/cancel``: end a queued or running run (``reason``: why)."""
         return await self._send(endpoints.cancel_run(run, reason))
 
-    async def cancel_job_runs(self, name: str, reason: str | None = None, running: bool = False) -> dict:
+    async def cancel_job_runs(self, name: str, reason: str | None = None, running: bool = False,
+                              after: str | None = None) -> dict:
         """``POST /v1/jobs/{name}/cancel``: end a job's queued runs (``running``: its running ones too)."""
-        return await self._send(endpoints.cancel_job_runs(name, reason, running))
+        return await self._send(endpoints.cancel_job_runs(name, reason, running, after))
 
     async def dlq_requeue(self, run: str) -> dict:
         """``POST /v1/dlq/{run}/requeue``: queue a dead run again, with a fresh budget."""

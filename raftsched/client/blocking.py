@@ -377,9 +377,10 @@ class Client(Transport):
         """``POST /v1/runs/{run}/cancel``: end a queued or running run (``reason``: why)."""
         return self._send(endpoints.cancel_run(run, reason))
 
-    def cancel_job_runs(self, name: str, reason: str | None = None, running: bool = False) -> dict:
+    def cancel_job_runs(self, name: str, reason: str | None = None, running: bool = False,
+                        after: str | None = None) -> dict:
         """``POST /v1/jobs/{name}/cancel``: end a job's queued runs (``running``: its running ones too)."""
-        return self._send(endpoints.cancel_job_runs(name, reason, running))
+        return self._send(endpoints.cancel_job_runs(name, reason, running, after))
 
     def dlq_requeue(self, run: str) -> dict:
         """``POST /v1/dlq/{run}/requeue``: queue a dead run again, with a fresh budget."""

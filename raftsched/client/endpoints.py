@@ -303,16 +303,18 @@ def cancel_run(run: str, reason: str | None = None) -> Request:
 
 
 @endpoint
-def cancel_job_runs(name: str, reason: str | None = None, running: bool = False) -> Request:
-    """``POST /v1/jobs/{name}/cancel``: end the job's queued runs, oldest slot first (with
-    ``running``, its running ones too), at most 1 000 a call, each as ``cancel_run`` ends one:
-    ``{"job", "cancelled", "runs", "passed", "more"}``, ``more`` when some are left (call again).
-    :raises NotFound: no such job."""
+def cancel_job_runs(name: str, reason: str | None = None, running: bool = False, after: str | None = None) -> Request:
+    """``POST /v1/jobs/{name}/cancel``: end the job's queued runs, oldest first (with ``running``,
+    its running ones too), at most 1 000 a call, each as ``cancel_run`` ends one: ``{"job",
+    "cancelled", "runs", "passed", "more", "next"?}``; ``more`` when some may be left: call again
+    with ``after`` the answer's ``next``. :raises NotFound: no such job."""
     body: dict = {}
     if reason is not None:
         body["reason"] = reason
     if running:
         body["running"] = True
+    if after is not None:
+        body["after"] = after
     return Request("POST", f"/v1/jobs/{_q(name)}/cancel", body=body or None)
 
 

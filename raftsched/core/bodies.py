@@ -109,14 +109,19 @@ def validate_cancel(body: object) -> str | None:
     return _words(body, "reason", limits.cancel_reason_chars_max)
 
 
-def validate_cancel_job(body: object) -> tuple[str | None, bool]:
-    """``POST /v1/jobs/{name}/cancel``'s optional body ``{reason?, running?}`` -> (reason,
-    running: the running runs too, not only the queued). :raises InvalidSpec:"""
-    reason = _words(body, "reason", limits.cancel_reason_chars_max, frozenset({"running"}))
-    running = (body or {}).get("running", False) if isinstance(body, dict) else False
+def validate_cancel_job(body: object) -> tuple[str | None, bool, str | None]:
+    """``POST /v1/jobs/{name}/cancel``'s optional body ``{reason?, running?, after?}`` -> (reason,
+    running: the running runs too, not only the queued; after: the ``next`` of the answer
+    before, a run id). :raises InvalidSpec:"""
+    reason = _words(body, "reason", limits.cancel_reason_chars_max, frozenset({"running", "after"}))
+    b = body if isinstance(body, dict) else {}
+    running, after = b.get("running", False), b.get("after")
     if type(running) is not bool:
         raise InvalidSpec("must be true or false", field="running")
-    return reason, running
+    if after is not None and not (isinstance(after, str) and 1 <= len(after) <= limits.run_id_chars_max):
+        raise InvalidSpec(f"must be a run id of 1-{limits.run_id_chars_max} characters (an answer's next), or "
+                          "null", field="after")
+    return reason, running, after
 
 
 def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 from . import deadlines, limits, pipehooks, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
 from .events import LAST_SLOT, emit_for
-from .fire import TRIMMABLE
 from .notify import health, of_backfill, older_than_last
 from .queues import unqueue_count
 from .records import Record, Result, ok
@@ -96,10 +95,6 @@ def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
     its read and this apply is passed over, so the cancel never ends a run that started unless
     asked to.
 
-    Then each job whose runs it ended drops from the front of its history the finished entries
-    beyond its bound (as its next fire would: fire.trim's first step, in one cut), so that the
-    node's next read of the job's runs (queries.runs_to_cancel) does not walk them again.
-
     :returns: ``cancelled`` (how many ended: the others of ``runs``) and ``passed`` (``[id,
         state]`` of those passed over, state None for an id that names no run): kept short, as
         the request log keeps it.
@@ -113,34 +108,15 @@ def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
     error = why(reason)
     cancelled = 0
     passed: list[list[str | None]] = []
-    jobs: dict[str, None] = {}
     for rid in ids:
         run = s.runs.get(rid)
         state = None if run is None else run["state"]
         if run is not None and (state == "queued" or (running and state == "running")):
             _end(s, run, error, now)
             cancelled += 1
-            jobs[run["job"]] = None
         else:
             passed.append([rid, state])
-    for name in jobs:
-        _trim_front(s, name)
     return ok(cancelled=cancelled, passed=passed)
-
-
-def _trim_front(s: SchedulerState, name: str) -> None:
-    """Drop the finished entries at the front of job ``name``'s history beyond its bound, in one
-    cut (a backlog cancelled oldest first: a million-entry history's front is one memmove, not
-    one a run)."""
-    hist, job = s.history.get(name), s.jobs.get(name)
-    if not hist or job is None:
-        return
-    excess, runs, k = len(hist) - job["spec"]["history"], s.runs, 0
-    while k < excess and runs[hist[k]]["state"] in TRIMMABLE:
-        del runs[hist[k]]
-        k += 1
-    if k:
-        del hist[:k]
 
 
 def _reason(cmd: Command, op: str) -> str | None:

@@ -325,46 +325,58 @@ def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
     return {"job": name, "runs": out, "history_max": j["spec"]["history"], "next": None}
 
 
-def ended_leases(s: SchedulerState, leases: list[list[Any]]) -> dict[str, str]:
-    """Of ``leases`` (``[run_id, token]``) a heartbeat found lost, those whose run was ended while
-    that lease held it, by something other than its worker: a cancel by request, its overlap
-    policy's replace. ``{run_id: the run's error}``: what a worker says when it kills the run
-    (docs/api.md, "The worker protocol"), instead of a lost lease it cannot explain. A lease lost
-    otherwise (expired: the run queued again, under another token) is not among them."""
+def ended_leases(s: SchedulerState, worker: str, leases: list[list[Any]],
+                 tenants: Collection[str] | None = None) -> dict[str, str]:
+    """Of ``leases`` (``[run_id, token]``) a heartbeat of ``worker`` found lost, those whose run was
+    ended while that lease held it, by something other than its worker: a cancel by request, its
+    overlap policy's replace. ``{run_id: the run's error}``: what a worker says when it kills the
+    run (docs/api.md, "The worker protocol"), instead of a lost lease it cannot explain. A lease
+    lost otherwise (expired: the run queued again, under another token) is not among them, nor a
+    run that was not this worker's, nor (``tenants``: its token's) one of another tenant: a
+    guessed id and token tell nothing of it."""
     out: dict[str, str] = {}
     for rid, tok in leases:
         r = s.runs.get(rid) if type(rid) is str else None
-        if r is not None and r["state"] == "failed" and r.get("fencing_token") == tok and isinstance(r.get("error"), str):
+        if r is not None and r["state"] == "failed" and r.get("fencing_token") == tok and r.get("worker") == worker \
+                and isinstance(r.get("error"), str) and (tenants is None or _tenant_of_run(s, r) in tenants):
             out[rid] = r["error"]
     return out
 
 
 def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
-                   limit: int, scan_max: int) -> tuple[list[str], bool]:
+                   limit: int, scan_max: int, after: str | None = None) -> tuple[list[str], str | None]:
     """The ids of job ``name``'s queued runs (and with ``running`` its running ones), oldest first
-    (the order its history holds them in: as they were fired or triggered), those of ``tenants``
-    only (None: every tenant; a job moved from another tenant keeps that tenant's runs), not a
-    backfill's (its own cancel ends those: a job's cancel would leave holes in the range it was
-    asked to run), at most ``limit``; and whether more may be left (``POST
-    /v1/jobs/{name}/cancel``): ``limit`` found, or ``scan_max`` entries read (a history's front
-    of runs that are not queued: the walk holds the replica's lock). A job's queued and running
-    runs are never trimmed from its history.
+    (the order its history holds them in: as they were fired or triggered), after run ``after``
+    in it (a cursor: the ``next`` of the answer before; one no longer in the history starts from
+    its front), those of ``tenants`` only (None: every tenant; a job moved from another tenant
+    keeps that tenant's runs), not a backfill's (its own cancel ends those: a job's cancel would
+    leave holes in the range it was asked to run), at most ``limit``; and the cursor to go on
+    from, None when the walk reached the history's end. It stops at ``limit`` found or
+    ``scan_max`` entries read (the walk holds the replica's lock; the entries a cancel ended stay
+    in the history until its job's next fire trims them, and a cursor walks past them once).
+    A job's queued and running runs are never trimmed from its history. ``POST
+    /v1/jobs/{name}/cancel``.
 
     :raises NotFound: no such job."""
     if name not in s.jobs:
         raise NotFound(f"no job named {name!r}", field="name")
-    runs = s.runs
+    runs, hist = s.runs, s.history.get(name, [])
+    start = 0
+    if after is not None:
+        try:
+            start = hist.index(after) + 1  # (a C-speed search, ~30 ms for a million entries)
+        except ValueError:
+            start = 0
     out: list[str] = []
-    for k, rid in enumerate(s.history.get(name, ())):
-        if k >= scan_max:
-            return out, True
+    for k in range(start, len(hist)):
+        rid = hist[k]
+        if k - start >= scan_max or len(out) == limit:
+            return out, hist[k - 1] if k > start else after
         r = runs[rid]
         if (r["state"] == "queued" or (running and r["state"] == "running")) and not r.get("kind") == "backfill" \
                 and "backfill" not in r and (tenants is None or _tenant_of_run(s, r) in tenants):
-            if len(out) == limit:
-                return out, True
             out.append(rid)
-    return out, False
+    return out, None
 
 
 class RunWindow:

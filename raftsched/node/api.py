@@ -743,9 +743,9 @@ async def cancel_run(request: web.Request) -> web.Response:
 
 async def cancel_job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    reason, running = validate_cancel_job(await optional_json_body(request))
+    reason, running, after = validate_cancel_job(await optional_json_body(request))
     return json_response(await svc.cancel_job_runs(request.match_info["name"], rid(request), reason=reason,
-                                                   running=running, tenants=tenants_of(request)))
+                                                   running=running, tenants=tenants_of(request), after=after))
 
 
 async def dlq_delete(request: web.Request) -> web.Response:

@@ -463,7 +463,7 @@ class Fleet:
         answer = {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
         if res["lost"]:
             gone = set(res["lost"])
-            ended = self.raft.read(queries.ended_leases, [lease for lease in leases if lease[0] in gone])
+            ended = self.raft.read(queries.ended_leases, wid, [lease for lease in leases if lease[0] in gone], tenants)
             if ended:
                 answer["ended"] = ended
         if longer is not None:

@@ -291,10 +291,11 @@ def _bodies() -> dict[str, Schema]:
                        description="reason: why, in your words; the run's error shows it (the node's audit log "
                                    "names the token that asked)"),
         "cancel_job": _obj({"reason": _nullable(_str(1, limits.cancel_reason_chars_max)),
-                            "running": {"type": "boolean", "default": False}},
+                            "running": {"type": "boolean", "default": False},
+                            "after": _nullable(_str(1, limits.run_id_chars_max))},
                            description="reason: why, in your words (each run's error shows it); running: the "
                                        "running runs too (ended failed, their workers stop them), not only the "
-                                       "queued"),
+                                       "queued; after: the next of the answer before (where to go on)"),
         "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME),
                          "propagate": {"type": "boolean", "description": "its outcome reaches the job's children "
                                        "(pipelines)"}}),
@@ -502,7 +503,7 @@ def _more_responses() -> dict[str, Schema]:
         "job_runs_cancelled": _open({"job": s, "cancelled": i, "runs": {"type": "array", "items": s},
                                      "passed": {"type": "array", "items": _open({"run": s, "state": s_or_null},
                                                                                 ("run", "state"))},
-                                     "more": _BOOL}, ("job", "cancelled", "runs", "passed", "more")),
+                                     "more": _BOOL, "next": s}, ("job", "cancelled", "runs", "passed", "more")),
         "run_cancelled": _open({"run": s, "state": {"enum": ["skipped", "failed"]},
                                 "was": {"enum": ["queued", "running"]}, "worker": s, "token": i},
                                ("run", "state", "was")),

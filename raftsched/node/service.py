@@ -1018,30 +1018,31 @@ class Service:
         return self._out(res, out)
 
     async def cancel_job_runs(self, name: str, rid: str | None, reason: str | None = None, running: bool = False,
-                              tenants: frozenset | None = None) -> dict:
+                              tenants: frozenset | None = None, after: str | None = None) -> dict:
         """``POST /v1/jobs/{name}/cancel``: end the job's queued runs (and with ``running`` its
-        running ones), oldest slot first, at most node_limits.cancel_job_runs_max: each as
-        ``POST /v1/runs/{id}/cancel`` ends one (core/cancel.py apply_cancel_runs), in commands of
+        running ones), oldest first, after run ``after`` in its history (the ``next`` of the
+        answer before), at most node_limits.cancel_job_runs_max: each as ``POST
+        /v1/runs/{id}/cancel`` ends one (core/cancel.py apply_cancel_runs), in commands of
         limits.run_refs_per_command proposed together. A run that started (without ``running``)
         or ended between this node's read and the command is passed over. With ``tenants`` (a
-        limited token), the runs of those tenants only.
+        limited token), the runs of those tenants only. The commands carry no request id (``rid``
+        is not used): applied twice, a command passes over what it ended (the request log keeps
+        its ids for the writes that need them; a million-run cancel's nine thousand commands
+        pushed every other out of it).
 
-        :returns: ``{"job", "cancelled": n, "runs": [ids], "passed": [{"run", "state"}], "more"}``,
-            ``more`` when runs beyond the bound are left (ask again).
+        :returns: ``{"job", "cancelled": n, "runs": [ids], "passed": [{"run", "state"}], "more",
+            "next"}``, ``more`` (with ``next``, the cursor to send as ``after``) when the walk of
+            the job's history stopped before its end.
         :raises NotFound: no such job. :raises RaftschedError: a command's failure (the ones
-            applied before it stay: asking again cancels the rest)."""
+            applied beside it stay: asking again cancels the rest)."""
+        del rid
         await self.read_barrier()  # (the runs queued up to now, not a lagging replica's view)
-        ids, more = self.read(queries.runs_to_cancel, name, running, tenants, node_limits.cancel_job_runs_max,
-                              node_limits.cancel_job_scan_max)
-        key, now, step = rid or new_request_id(), self.clock.now_ms(), limits.run_refs_per_command
+        ids, nxt = self.read(queries.runs_to_cancel, name, running, tenants, node_limits.cancel_job_runs_max,
+                             node_limits.cancel_job_scan_max, after)
+        now, step = self.clock.now_ms(), limits.run_refs_per_command
         parts = [ids[k:k + step] for k in range(0, len(ids), step)]
-        # Each command's request id is the request's key and its runs': a request sent again lists
-        # the runs still left, and only a command for the same runs replays the first answer (an
-        # id of the request's key and the command's place alone replayed another part's answer
-        # for runs it then left queued). In the nodes' log of ids, not the clients' (a
-        # million-run cancel would push every client's key out of it).
         results = await asyncio.gather(*(
-            self.propose(commands.cancel_runs(now, _part_rid(key, part), runs=part, reason=reason, running=running))
+            self.propose(commands.cancel_runs(now, None, runs=part, reason=reason, running=running))
             for part in parts), return_exceptions=True)
         done: list[str] = []
         passed: list[dict] = []
@@ -1059,7 +1060,10 @@ class Service:
             # Some parts applied: said with the error (asking again ends what is left).
             raise type(failed)(f"{failed.message} ({len(done)} run(s) of job {name!r} were cancelled beside it: "
                                "ask again to cancel the rest)", failed.field, **{**failed.extra, "cancelled": len(done)})
-        return {"job": name, "cancelled": len(done), "runs": done, "passed": passed, "more": more}
+        out = {"job": name, "cancelled": len(done), "runs": done, "passed": passed, "more": nxt is not None}
+        if nxt is not None:
+            out["next"] = nxt
+        return out
 
     # ------------------------------------------------------------------ the fencing counter
     def fencing(self) -> dict:
@@ -1398,14 +1402,6 @@ class Service:
                 if v["id"] in why:
                     v["waiting_for"] = why[v["id"]]
         return out
-
-
-def _part_rid(key: str, runs: list[str]) -> str:
-    """A request id for the part of ``POST /v1/jobs/{name}/cancel`` that ends ``runs``, derived
-    from the request's ``key``: the same runs under the same key, the same id; ``jc-``, in the
-    request log of the ids nodes make (records.RequestLog), as a batch's ``jb-``."""
-    h = hashlib.blake2b("\0".join([key, *runs]).encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
-    return "jc-" + h
 
 
 def _worker_warnings(spec: dict, waits: str | None, live: list | None = None) -> list[str]:

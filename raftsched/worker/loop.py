@@ -813,7 +813,8 @@ class LeaseLoop:
                 h.cancel.set()
         said = getattr(self.channel, "lost_why", None)
         if isinstance(said, dict):
-            said.clear()  # (of leases this worker no longer held, or held under another token)
+            for rid in sent_tokens:  # (what this heartbeat was told and did not use: no longer held)
+                said.pop(rid, None)
         return gone
 
     def _lost_why(self, rid: str) -> str | None:
@@ -1295,7 +1296,8 @@ class EmbeddedChannel:
         lost = res.get("lost", [])
         if lost:
             gone = set(lost)
-            self.lost_why.update(self.raft.read(queries.ended_leases, [lease for lease in leases if lease[0] in gone]))
+            self.lost_why.update(self.raft.read(queries.ended_leases, self.worker_id,
+                                                [lease for lease in leases if lease[0] in gone]))
         return lost, bool(res.get("draining"))
 
     def heartbeat_interval_s(self, own_s: float, longest_s: float) -> float:

@@ -307,12 +307,18 @@ function jobActions(j) {
 }
 
 // Every queued run of a job (POST /v1/jobs/{name}/cancel: up to 1 000 a press; running runs go on).
+// A press after one that said more goes on where it stopped (its answer's next).
+const cancelAfter = {};
 function cancelQueued(j) {
   const n = encodeURIComponent(j.name);
   return action("cancel queued", "jobs.write", `Cancel every queued run of ${j.name}? They do not run: their slots are ` +
     "recorded skipped (cancelled). Its running runs go on.", async (reason) => {
-      const r = await api("POST", `/v1/jobs/${n}/cancel`, reason ? { reason } : undefined);
-      return `${r.cancelled} queued run(s) of ${j.name} cancelled` + (r.more ? "; more are left: press again" : "");
+      const body = {};
+      if (reason) body.reason = reason;
+      if (cancelAfter[j.name]) body.after = cancelAfter[j.name];
+      const r = await api("POST", `/v1/jobs/${n}/cancel`, body);
+      if (r.more && r.next) cancelAfter[j.name] = r.next; else delete cancelAfter[j.name];
+      return `${r.cancelled} queued run(s) of ${j.name} cancelled` + (r.more ? "; more may be left: press again" : "");
     }, true);
 }
 
