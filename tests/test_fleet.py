@@ -1290,4 +1290,7 @@ def test_a_heartbeat_says_why_the_cluster_ended_a_run_whose_lease_it_lost():
                                                                 [other, got[other]["token"] + 1000]]})
         assert sorted(hb["lost"]) == sorted([rid, other]), hb
         assert hb["ended"] == {rid: "cancelled by request: wrong input"}, hb  # not the wrong token's
+        # Another worker sending the same id and token learns nothing of it (a review).
+        other_hb = await post(c, path("w2", "heartbeat"), {"leases": [[rid, got[rid]["token"]]]})
+        assert other_hb["lost"] == [rid] and "ended" not in other_hb, other_hb
     run(t)
