@@ -413,19 +413,26 @@ def test_a_prefetched_run_of_a_late_start_skip_job_is_given_back_at_its_start_by
     run(t())
 
 
+async def _one_running_one_held(env: Env, rtt_s: float) -> tuple[list[str], asyncio.Task, str]:
+    """Two slow runs on a worker of one slot that prefetches (runs seen short so far, a round trip
+    of ``rtt_s``): one executing, one held for the slot. Returns the ids, the loop's task and the
+    held run's id."""
+    ids = await env.setup()
+    for rid in ids:
+        exec_targets.STARTED[rid] = asyncio.Event()
+    task = asyncio.create_task(env.worker.run())
+    env.worker._exec_s, env.worker._acquire_rtt_s = 0.0, rtt_s
+    await wait_until(lambda: env.worker._executing == 1 and len(env.worker._waiting) == 1, 5,
+                     "one run executing, one held for the slot")
+    return ids, task, env.worker._waiting[0].grant["id"]
+
+
 def test_giving_everything_back_says_which_runs_were_never_begun():
     """After a failure the worker gives back its held runs (never begun: ``not_started``, which a
     late_start skip job's withdrawal reads) apart from the running ones it killed (begun)."""
     async def t():
         env = Env("two", "exec_targets:slow_async", runs=2, slots=1)
-        ids = await env.setup()
-        for rid in ids:
-            exec_targets.STARTED[rid] = asyncio.Event()
-        task = asyncio.create_task(env.worker.run())
-        env.worker._exec_s, env.worker._acquire_rtt_s = 0.0, 1.0  # runs seen short so far: it prefetches
-        await wait_until(lambda: env.worker._executing == 1 and len(env.worker._waiting) == 1, 5,
-                         "one run executing, one held for the slot")
-        waiting = env.worker._waiting[0].grant["id"]
+        ids, task, waiting = await _one_running_one_held(env, 1.0)
         await env.worker._give_back_all("a test's failure")
         await stop(task)
         rel = env.raft.ops("release")
@@ -442,14 +449,7 @@ def test_a_run_held_behind_runs_that_turned_long_is_given_back_for_another_worke
     its slots hold long runs; another worker starts it."""
     async def t():
         env = Env("turned-long", "exec_targets:slow_async", runs=2, slots=1, lease_ttl_ms=3_000)
-        ids = await env.setup()
-        for rid in ids:
-            exec_targets.STARTED[rid] = asyncio.Event()
-        task = asyncio.create_task(env.worker.run())
-        env.worker._exec_s, env.worker._acquire_rtt_s = 0.0, 0.01  # runs seen short so far: it prefetches
-        await wait_until(lambda: env.worker._executing == 1 and len(env.worker._waiting) == 1, 5,
-                         "one run executing, one held for the slot")
-        held = env.worker._waiting[0].grant["id"]
+        ids, task, held = await _one_running_one_held(env, 0.01)
         long_run = next(i for i in ids if i != held)
         await wait_until(lambda: env.state.runs[held]["state"] == "queued", 10, "the held run given back")
         r = env.state.runs[held]

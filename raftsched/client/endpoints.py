@@ -308,13 +308,7 @@ def cancel_job_runs(name: str, reason: str | None = None, running: bool = False,
     its running ones too), at most 1 000 a call, each as ``cancel_run`` ends one: ``{"job",
     "cancelled", "runs", "passed", "more", "next"?}``; ``more`` when some may be left: call again
     with ``after`` the answer's ``next``. :raises NotFound: no such job."""
-    body: dict = {}
-    if reason is not None:
-        body["reason"] = reason
-    if running:
-        body["running"] = True
-    if after is not None:
-        body["after"] = after
+    body = {k: v for k, v in (("reason", reason), ("running", running or None), ("after", after)) if v is not None}
     return Request("POST", f"/v1/jobs/{_q(name)}/cancel", body=body or None)
 
 
