@@ -831,13 +831,13 @@ def _apply_dry_run(a, c: Client, jobs: dict, parts: list[list[str]], create_only
 
 def _plan(c: Client, jobs: dict, parts: list[list[str]], create_only: bool, paused: bool, what: str) -> dict:
     """The dry runs of ``parts`` of ``jobs``, their answers as one. :raises RaftschedError:"""
+    from .sdk.sync import dry_run_jobs
     merged: dict = {"dry_run": True, "jobs": {}, "create": 0, "replace": 0, "unchanged": 0, "conflicts": 0}
     bar = Progress(len(jobs), what)
     try:
         sent = 0
         for names_part in parts:
-            res = c.put_jobs({n: jobs[n] for n in names_part}, create_only, dry_run=True,
-                             **({"paused": True} if paused else {}))
+            res = dry_run_jobs(c, {n: jobs[n] for n in names_part}, create_only, paused)
             res = res if isinstance(res, dict) else {}
             merged["jobs"].update(res.get("jobs") or {})
             for k in ("create", "replace", "unchanged", "conflicts"):

@@ -115,6 +115,7 @@ def test_forged_and_malformed_tokens_are_401_naming_no_secret():
 ROUTES = [  # (method, path, body): one request a route, valid enough to pass auth
     ("GET", "/v1/cluster", None), ("GET", "/v1/jobs", None), ("GET", "/v1/jobs/a", None),
     ("PUT", "/v1/jobs/b", SPEC), ("POST", "/v1/jobs:batch", {"jobs": {"c": SPEC}}),
+    ("POST", "/v1/jobs:plan", {"jobs": {"c": SPEC}}),
     ("POST", "/v1/jobs/a/pause", None), ("POST", "/v1/jobs/a/resume", None), ("POST", "/v1/jobs/a/trigger", None),
     ("GET", "/v1/jobs/a/runs", None), ("GET", "/v1/jobs/a/preview", None),
     ("POST", "/v1/jobs/a/explain", {"down_from": "2030-01-01T00:00:00Z", "down_to": "2030-01-01T01:00:00Z"}),
@@ -431,6 +432,18 @@ def test_a_token_limited_to_tenants_sees_and_changes_only_theirs():
         assert (await call(c, "PUT", "/v1/jobs/a3", tok, body=dict(SPEC, tenant="alpha", queue="qa")))[0] == 201
         assert (await call(c, "POST", "/v1/jobs:batch", tok,
                            body={"jobs": {"a4": dict(SPEC, tenant="alpha", queue="qa")}}))[0] == 200
+        # A plan is held to its tenants as the batch is; a reader limited to them may ask it (a
+        # drift check in CI with a token that may not write).
+        reader = (await new_token(c, "reader", tenants=["alpha"]))["token"]
+        s, p = await call(c, "POST", "/v1/jobs:plan", reader, body={"jobs": {"a4": dict(SPEC, tenant="alpha",
+                                                                                       queue="qa", timeout_s=5)}})
+        assert s == 200 and p["dry_run"] is True and p["jobs"]["a4"]["action"] == "replace", p
+        assert env.state.jobs["a4"]["spec"]["timeout_s"] != 5  # nothing changed
+        s, e = await call(c, "POST", "/v1/jobs:plan", reader, body={"jobs": {"y": dict(SPEC, tenant="beta")}})
+        assert s == 403 and e["error"]["job"] == "y", e
+        s, e = await call(c, "POST", "/v1/jobs:plan", reader, body={"jobs": {"a4": SPEC}, "dry_run": False})
+        assert s == 400 and e["error"]["field"] == "dry_run", e
+        assert (await call(c, "POST", "/v1/jobs:batch", reader, body={"jobs": {"a4": SPEC}, "dry_run": True}))[0] == 403
         # Queues: its tenants' (qa is alpha's now: a3 claimed it); one another tenant's jobs use is
         # neither listed nor changed, and a queue nobody uses becomes alpha's when it configures it.
         assert env.state.queue_owners["qa"] == ["alpha"]

@@ -30,7 +30,7 @@ class ScriptedNode:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 req = json.loads(raw or b"null")
-                if auto_plan and isinstance(req, dict) and req.get("dry_run"):
+                if auto_plan and isinstance(req, dict) and (req.get("dry_run") or self.path == "/v1/jobs:plan"):
                     outer.plans.append(req)
                     acts = {n: "unchanged" if n in unchanged else "create" for n in req["jobs"]}
                     status, body = 200, {"dry_run": True, "jobs": {n: {"action": a, "next_slot": None}
@@ -191,8 +191,9 @@ def test_a_dry_run_asks_the_node_and_prints_the_plan(node, jobs_file, token_file
     path = jobs_file("a", "b", "c")
     assert cli.main(["apply", path, "--url", n.url, "--token-file", token_file, "-o", "table", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    (_, _, body), = n.seen
-    assert body["dry_run"] is True and set(body["jobs"]) == {"a", "b", "c"}
+    (path_, _, body), = n.seen
+    # (POST /v1/jobs:plan: a token that may only read may ask it)
+    assert path_ == "/v1/jobs:plan" and "dry_run" not in body and set(body["jobs"]) == {"a", "b", "c"}
     assert "+ create    a" in out and "~ replace   b" in out and "unchanged c" not in out
     assert "schedule.every_s: 300 -> 60" in out and 'retry: {"max_attempts":3} -> (absent)' in out
     assert "3 jobs: 1 to create, 1 to replace, 1 unchanged, 0 conflicts (dry run: nothing changed)" in out
@@ -332,3 +333,13 @@ def test_a_key_value_table_shows_each_value_whole():
                                                               '{"pool": "gpu"}'], one
     assert "r" * 80 not in out  # (a list of objects is a table, its cells cut still)
 
+
+
+def test_a_dry_run_against_a_node_without_the_plan_route_sends_the_batchs_dry_run(node, jobs_file, token_file, capsys):
+    """A node of a version before POST /v1/jobs:plan answers it 404 (no field): the dry run goes
+    as the batch's own dry_run, as before."""
+    gone = (404, {"error": {"code": "not_found", "message": "Not Found", "field": None}})
+    n = node(gone, _plan(a={"action": "create", "next_slot": None}), auto_plan=False)
+    assert cli.main(["apply", jobs_file("a"), "--url", n.url, "--token-file", token_file, "--dry-run"]) == 0
+    assert [(p, b.get("dry_run")) for p, _, b in n.seen] == [("/v1/jobs:plan", None), ("/v1/jobs:batch", True)]
+    assert json.loads(capsys.readouterr().out)["create"] == 1

@@ -42,6 +42,7 @@ CALLS = [
     (("GET", "/v1/openapi.json"), "openapi", ()),
     (("PUT", "/v1/jobs/{name}"), "put_job", ("a", SPEC)),
     (("POST", "/v1/jobs:batch"), "put_jobs", ({"b": dict(SPEC, labels={"raftsched.app": "x"})},)),
+    (("POST", "/v1/jobs:plan"), "plan_jobs", ({"b": SPEC},)),
     (("GET", "/v1/jobs/{name}"), "get_job", ("a",)),
     (("GET", "/v1/jobs"), "list_jobs", (), {"labels": {"raftsched.app": "x"}}),
     (("GET", "/v1/jobs/{name}/runs"), "runs", ("a",), {"since": "2000-01-01T00:00:00Z"}),

@@ -211,6 +211,7 @@ def test_the_other_operations_answers_conform_to_the_document():
             await env.trigger.tick()  # hb's first slot opens: a ping reports it
             await go("POST", "/v1/jobs/hb/ping", "/v1/jobs/{name}/ping", {"status": "start"})
             await go("POST", "/v1/jobs:batch", "/v1/jobs:batch", {"jobs": {"c": SPEC, "a": SPEC}, "create_only": True})
+            await go("POST", "/v1/jobs:plan", "/v1/jobs:plan", {"jobs": {"c": SPEC, "d": SPEC}})
             await go("POST", "/v1/jobs/a/resume", "/v1/jobs/{name}/resume")
             queued = (await go("POST", "/v1/jobs/a/trigger", "/v1/jobs/{name}/trigger"))["run"]
             await go("POST", f"/v1/runs/{queued}/cancel", "/v1/runs/{run}/cancel", {"reason": "not now"})

@@ -178,6 +178,8 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             assert (await call("openapi"))["openapi"].startswith("3.1")
 
             assert (await call("put_job", "async-fail", shell))["created"] is True
+            planned = await call("plan_jobs", {"async-b": dict(shell, labels={"raftsched.app": "async"})})
+            assert planned["dry_run"] is True and planned["jobs"]["async-b"]["action"] == "create", planned
             batch = await call("put_jobs", {"async-b": dict(shell, labels={"raftsched.app": "async"})})
             assert batch["created"] == 1 and batch["jobs"]["async-b"]["created"] is True
             got = await call("get_job", "async-fail", consistent=True)

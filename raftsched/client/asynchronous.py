@@ -286,6 +286,11 @@ class AsyncClient(Transport):
         return await self._send(endpoints.put_jobs(jobs, create_only, idempotency_key=idempotency_key,
                                                    deadline_s=deadline_s, paused=paused, dry_run=dry_run))
 
+    async def plan_jobs(self, jobs: dict[str, dict], create_only: bool = False, *, deadline_s: float | None = None,
+                        paused: bool = False) -> dict:
+        """``POST /v1/jobs:plan``: what a batch of these jobs would do to each, changing nothing (a reader may ask)."""
+        return await self._send(endpoints.plan_jobs(jobs, create_only, deadline_s=deadline_s, paused=paused))
+
     async def get_job(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/jobs/{name}``: a job's spec and state."""
         return await self._send(endpoints.get_job(name, consistent, stale=stale))

@@ -167,6 +167,23 @@ def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_ke
 
 
 @endpoint
+def plan_jobs(jobs: dict[str, dict], create_only: bool = False, *, deadline_s: float | None = None,
+              paused: bool = False) -> Request:
+    """``POST /v1/jobs:plan``: what ``put_jobs`` of these jobs would do to each, changing nothing
+    (its ``dry_run``, which a token that may only read may send: a drift check in CI). A node of
+    a version before it answers 404 (NotFound, field None): send ``put_jobs(..., dry_run=True)``
+    there. :raises ValueError: more than ``limits.batch_jobs_max`` jobs (nothing is sent)."""
+    if len(jobs) > limits.batch_jobs_max:
+        raise ValueError(f"{len(jobs)} jobs; send at most {limits.batch_jobs_max} per call")
+    body: dict = {"jobs": jobs}
+    if create_only:
+        body["create_only"] = True
+    if paused:
+        body["paused"] = True
+    return Request("POST", "/v1/jobs:plan", body=body, deadline_s=deadline_s)
+
+
+@endpoint
 def get_job(name: str, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/jobs/{name}``: a job's spec and state. :raises NotFound:"""
     return Request("GET", f"/v1/jobs/{_q(name)}", {"stale": _stale(stale), "consistent": _consistent(consistent)})

@@ -551,7 +551,32 @@ async def put_job(request: web.Request) -> web.Response:
 
 async def put_jobs_batch(request: web.Request) -> web.Response:
     """Create or replace many jobs; the body may be up to batch_request_bytes_max."""
-    svc = request.app[SERVICE]
+    body = await _batch_body(request)
+    if isinstance(body, web.Response):
+        return body
+    _dry_run_noted(request, body)
+    return json_response(await request.app[SERVICE].put_jobs(body, client_key(request), tenants_of(request),
+                                                             lambda key: scope_key(request, key),
+                                                             by=_principal_id(request)))
+
+
+async def plan_jobs_batch(request: web.Request) -> web.Response:
+    """``POST /v1/jobs:plan``: a batch's dry run (what it would do to each job, changing nothing)
+    for a token that may read: a drift check in CI needs no token that may write jobs. The body
+    is a batch's; a ``dry_run`` in it must be true."""
+    body = await _batch_body(request)
+    if isinstance(body, web.Response):
+        return body
+    if isinstance(body, dict):
+        if body.get("dry_run", True) is not True:
+            raise BadRequest("a plan changes nothing: leave dry_run out (or true); POST /v1/jobs:batch writes",
+                             field="dry_run")
+        body = dict(body, dry_run=True)
+    return json_response(await request.app[SERVICE].put_jobs(body, None, tenants_of(request)))
+
+
+async def _batch_body(request: web.Request):
+    """A batch's body (up to batch_request_bytes_max), or the 413 answer for a larger one."""
     limit = limits.batch_request_bytes_max
     too_large = json_response(
         {"error": {"code": "too_large", "message": f"request body larger than {limit} bytes; send at most "
@@ -559,12 +584,9 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > limit:
         return too_large
     try:
-        body = await json_body(request.clone(client_max_size=limit))
+        return await json_body(request.clone(client_max_size=limit))
     except web.HTTPRequestEntityTooLarge:
         return too_large
-    _dry_run_noted(request, body)
-    return json_response(await svc.put_jobs(body, client_key(request), tenants_of(request),
-                                                lambda key: scope_key(request, key), by=_principal_id(request)))
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -938,6 +960,9 @@ ROUTES: tuple[Route, ...] = (
           response="jobs_page"),
     Route("POST", "/v1/jobs:batch", put_jobs_batch, _W, T.CHECKED, "create or replace many jobs",
           body="jobs_batch", errors=(413, 422), response="jobs_batch_written"),
+    Route("POST", "/v1/jobs:plan", plan_jobs_batch, _R, T.CHECKED,
+          "what a batch would do to each job, changing nothing (a dry run a reader may send)",
+          body="jobs_batch", errors=(413, 422), response="jobs_planned"),
     Route("PUT", "/v1/jobs/{name}", put_job, _W, T.CHECKED, "create (201) or replace (200) a job",
           params=(Param("paused", "boolean", "pause the job in the same command: created paused, it fires nothing "
                                              "until resumed", default=False),),

@@ -417,6 +417,15 @@ def _open(props: dict[str, Schema], required: tuple[str, ...] = (), **kw: Any) -
 def _more_responses() -> dict[str, Schema]:
     s, i, n = {"type": "string"}, {"type": "integer"}, {"type": "number"}
     s_or_null, i_or_null = {"type": ["string", "null"]}, {"type": ["integer", "null"]}
+    # a batch's dry run (POST /v1/jobs:batch with dry_run, POST /v1/jobs:plan)
+    planned = _open({"dry_run": {"const": True}, "jobs": {"type": "object", "additionalProperties": _open({
+        "action": {"enum": ["create", "replace", "unchanged", "conflict"]},
+        "changes": {"type": "array", "items": _open({"field": s, "from": {}, "to": {}, "from_bytes": i,
+                                                     "to_bytes": i}, ("field",))},
+        "pauses": _BOOL, "paused_in_cluster": _BOOL, "next_slot": s_or_null}, ("action",))},
+        "create": i, "replace": i, "unchanged": i, "conflicts": i, "values_left_out": _BOOL},
+        ("dry_run", "jobs", "create", "replace", "unchanged", "conflicts"),
+        description="a dry run: what each job would become; nothing changed")
     arr, obj = {"type": "array"}, {"type": "object"}
     objs = {"type": "array", "items": obj}
     # A slot's deadline record (node/views.py deadline_view). A max_since_success_s miss is the
@@ -453,15 +462,8 @@ def _more_responses() -> dict[str, Schema]:
         "jobs_batch_written": {"anyOf": [
             _open({"jobs": {"type": "object", "additionalProperties": obj}, "created": i,
                    "replaced": i, "conflicts": i, "commands": i},
-                  ("jobs", "created", "replaced", "conflicts", "commands")),
-            _open({"dry_run": {"const": True}, "jobs": {"type": "object", "additionalProperties": _open({
-                "action": {"enum": ["create", "replace", "unchanged", "conflict"]},
-                "changes": {"type": "array", "items": _open({"field": s, "from": {}, "to": {}, "from_bytes": i,
-                                                             "to_bytes": i}, ("field",))},
-                "pauses": _BOOL, "paused_in_cluster": _BOOL, "next_slot": s_or_null}, ("action",))},
-                   "create": i, "replace": i, "unchanged": i, "conflicts": i, "values_left_out": _BOOL},
-                  ("dry_run", "jobs", "create", "replace", "unchanged", "conflicts"),
-                  description="a dry run: what each job would become; nothing changed")]},
+                  ("jobs", "created", "replaced", "conflicts", "commands")), planned]},
+        "jobs_planned": planned,
         "slots": _open({"job": s, "slots": {"type": "array", "items": slot}}, ("slots",),
                        description="the next slots, local time and offset with DST changes marked"),
         "explained": {"anyOf": [

@@ -254,9 +254,23 @@ DRIFT_EXIT = 3
 _SECRET_PREFIXES = ("secrets.", "executor.env.", "executor.headers.")
 
 
+def dry_run_jobs(client, jobs: dict[str, dict], create_only: bool = False, paused: bool = False) -> dict:
+    """What a batch of ``jobs`` would do to each, changing nothing: ``POST /v1/jobs:plan``, which
+    a token that may only read may send; on a node of a version before it (404 naming no field),
+    the batch's own ``dry_run`` (a token that may write jobs). :raises RaftschedError:"""
+    plan_jobs = getattr(client, "plan_jobs", None)
+    if plan_jobs is not None:
+        try:
+            return plan_jobs(jobs, create_only, paused=paused)
+        except NotFound as e:
+            if e.field is not None:
+                raise
+    return client.put_jobs(jobs, create_only, dry_run=True, **({"paused": True} if paused else {}))
+
+
 def settle_secrets(client, app: App, p: Plan) -> Plan:
     """``p`` with the updates whose every changed field is a secret value asked of the nodes
-    (``POST /v1/jobs:batch`` with ``dry_run``: they compare a value in clear with the stored one by
+    (:func:`dry_run_jobs`: they compare a value in clear with the stored one by
     its fingerprint): those the nodes find unchanged are unchanged. Without it a sync of a job with
     a secret rewrote the job every time, and could never say "nothing to change" (a walk). A node
     of a version before the dry run refuses it: the plan stays as it was."""
@@ -268,12 +282,12 @@ def settle_secrets(client, app: App, p: Plan) -> Plan:
     same: set[str] = set()
     try:
         for part in job_batches(suspects, specs):
-            res = client.put_jobs({n: specs[n] for n in part}, dry_run=True)
+            res = dry_run_jobs(client, {n: specs[n] for n in part})
             same |= {n for n, r in (res.get("jobs") or {}).items()
                      if isinstance(r, dict) and r.get("action") == "unchanged"}
     except RaftschedError as e:
         print(f"raftsched sync: note: the nodes did not compare the secrets of {len(suspects)} job(s) ({e.message}); "
-              "they are planned as updates (a batch's dry run needs a token that may write jobs)", file=sys.stderr)
+              "they are planned as updates", file=sys.stderr)
         return p
     if not same:
         return p
