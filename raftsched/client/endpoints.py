@@ -154,16 +154,17 @@ def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_ke
         ``.extra`` says which jobs are committed (``jobs``), ``not_committed`` and
         ``unknown``, and the ``idempotency_key`` to retry with.
     """
-    if len(jobs) > limits.batch_jobs_max:
-        raise ValueError(f"{len(jobs)} jobs; send at most {limits.batch_jobs_max} per call")
-    body: dict = {"jobs": jobs}
-    if create_only:
-        body["create_only"] = True
-    if paused:
-        body["paused"] = True  # every job paused in the same command
+    body = _batch_body(jobs, create_only, paused)  # (paused: every job paused in the same command)
     if dry_run:
         body["dry_run"] = True
     return Request("POST", "/v1/jobs:batch", body=body, idempotency_key=idempotency_key, deadline_s=deadline_s)
+
+
+def _batch_body(jobs: dict[str, dict], create_only: bool, paused: bool) -> dict:
+    """A batch's body (put_jobs, plan_jobs). :raises ValueError: more than batch_jobs_max jobs."""
+    if len(jobs) > limits.batch_jobs_max:
+        raise ValueError(f"{len(jobs)} jobs; send at most {limits.batch_jobs_max} per call")
+    return {"jobs": jobs, **({"create_only": True} if create_only else {}), **({"paused": True} if paused else {})}
 
 
 @endpoint
@@ -173,14 +174,7 @@ def plan_jobs(jobs: dict[str, dict], create_only: bool = False, *, deadline_s: f
     (its ``dry_run``, which a token that may only read may send: a drift check in CI). A node of
     a version before it answers 404 (NotFound, field None): send ``put_jobs(..., dry_run=True)``
     there. :raises ValueError: more than ``limits.batch_jobs_max`` jobs (nothing is sent)."""
-    if len(jobs) > limits.batch_jobs_max:
-        raise ValueError(f"{len(jobs)} jobs; send at most {limits.batch_jobs_max} per call")
-    body: dict = {"jobs": jobs}
-    if create_only:
-        body["create_only"] = True
-    if paused:
-        body["paused"] = True
-    return Request("POST", "/v1/jobs:plan", body=body, deadline_s=deadline_s)
+    return Request("POST", "/v1/jobs:plan", body=_batch_body(jobs, create_only, paused), deadline_s=deadline_s)
 
 
 @endpoint
