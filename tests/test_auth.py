@@ -444,6 +444,17 @@ def test_a_token_limited_to_tenants_sees_and_changes_only_theirs():
         s, e = await call(c, "POST", "/v1/jobs:plan", reader, body={"jobs": {"a4": SPEC}, "dry_run": False})
         assert s == 400 and e["error"]["field"] == "dry_run", e
         assert (await call(c, "POST", "/v1/jobs:batch", reader, body={"jobs": {"a4": SPEC}, "dry_run": True}))[0] == 403
+        # A secret value in clear is refused to a reader's plan (a review: unchanged or its
+        # fingerprint told it whether a guess was right); the redacted value a read shows is compared.
+        with_secret = dict(SPEC, tenant="alpha", queue="qa", secrets={"API_KEY": "hunter2-hunter2"})
+        assert (await call(c, "PUT", "/v1/jobs/a6", body=with_secret))[0] == 201
+        s, e = await call(c, "POST", "/v1/jobs:plan", reader, body={"jobs": {"a6": with_secret}})
+        assert s == 403 and e["error"]["field"] == "secrets.API_KEY" and e["error"]["job"] == "a6", e
+        shown = (await call(c, "GET", "/v1/jobs/a6", reader))[1]["spec"]["secrets"]
+        s, p = await call(c, "POST", "/v1/jobs:plan", reader, body={"jobs": {"a6": dict(with_secret, secrets=shown)}})
+        assert s == 200 and p["jobs"]["a6"]["action"] == "unchanged", p
+        s, p = await call(c, "POST", "/v1/jobs:plan", body={"jobs": {"a6": with_secret}})  # a writer's: compared
+        assert s == 200 and p["jobs"]["a6"]["action"] == "unchanged", p
         # Queues: its tenants' (qa is alpha's now: a3 claimed it); one another tenant's jobs use is
         # neither listed nor changed, and a queue nobody uses becomes alpha's when it configures it.
         assert env.state.queue_owners["qa"] == ["alpha"]

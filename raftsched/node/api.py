@@ -572,7 +572,9 @@ async def plan_jobs_batch(request: web.Request) -> web.Response:
             raise BadRequest("a plan changes nothing: leave dry_run out (or true); POST /v1/jobs:batch writes",
                              field="dry_run")
         body = dict(body, dry_run=True)
-    return json_response(await request.app[SERVICE].put_jobs(body, None, tenants_of(request)))
+    principal = request.get(PRINCIPAL)
+    writer = principal is None or principal.allows("jobs.write")
+    return json_response(await request.app[SERVICE].put_jobs(body, None, tenants_of(request), writer=writer))
 
 
 async def _batch_body(request: web.Request):

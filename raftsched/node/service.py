@@ -395,11 +395,18 @@ class Service:
         return out
 
     async def put_jobs(self, body, key: str | None, tenants: frozenset | None = None,
-                       scope=None, by: str | None = None) -> dict:
+                       scope=None, by: str | None = None, writer: bool = True) -> dict:
         """Create or replace many jobs: ``POST /v1/jobs:batch`` (node/batch.py: validate every
         job, hold each to its tenant's policy and the token's ``tenants`` as a PUT is, cut them
         into put_jobs commands with request ids derived from ``key`` (``scope(key)``: the
         caller's, node/http.py), propose the commands concurrently, merge their results).
+
+        ``writer`` False (a plan, ``POST /v1/jobs:plan``, by a token that may not write jobs): a
+        secret value in clear is refused, 403 (a dry run compares it with the stored one,
+        ``unchanged``, and shows its fingerprint, which would let a reader test guesses of values
+        it may not read), and a job's ``limited`` mark is not compared (a write by this token
+        would set it, but it writes nothing: a drift check by a limited reader of jobs another
+        token wrote would always find that change).
 
         :returns: ``{"jobs": {name: result}, "created", "replaced", "conflicts", "commands"}``.
         :raises RaftschedError: as batch.merge, when a command failed; Forbidden or Conflict
@@ -420,6 +427,11 @@ class Service:
             except InvalidSpec as e:
                 raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
                                   errors=[{"job": name, "field": e.field, "message": e.message}]) from None
+            if not writer and sealing.has_clear(specs[name]):
+                path = next(".".join((*p, n)) for p, n, v in sealing.values(specs[name]) if isinstance(v, str))
+                raise Forbidden(f"job {name!r}: a token that may not write jobs may not send a secret value to "
+                                "compare (it would learn whether a guess is right): send the redacted value a read "
+                                "shows (***:...), or plan with a token that may write jobs", field=path, job=name)
         claims = {}
         access = None
         if tenants is not None:  # whose queues they are: one walk of the jobs for the whole batch
@@ -472,7 +484,7 @@ class Service:
                 raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
                                   errors=[{"job": name, "field": e.field, "message": e.message}]) from None
         if dry_run:
-            return await self._batch_dry_run(jobs_raw, specs, create_only, paused, tenants, now)
+            return await self._batch_dry_run(jobs_raw, specs, create_only, paused, tenants, now, writer)
         kid = None
         for k, (name, spec) in enumerate(specs.items()):
             if k and k % node_limits.batch_validate_step == 0:
@@ -532,7 +544,7 @@ class Service:
             raise LimitExceeded(tenant_full(*full), field="jobs")
 
     async def _batch_dry_run(self, jobs_raw: dict, specs: dict[str, dict], create_only: bool, paused: bool,
-                             tenants: frozenset | None, now: int) -> dict:
+                             tenants: frozenset | None, now: int, writer: bool = True) -> dict:
         """``POST /v1/jobs:batch`` with ``dry_run``: what the batch would do to each job, proposing
         nothing. ``specs`` passed every check the batch makes before it seals (validation,
         tenancy, edges, slots); the sealing is checked too (this node can seal, and each sealed
@@ -573,7 +585,7 @@ class Service:
                 diff = [_change(path, a, b, budget)
                         for path, a, b in specdiff.changes(spec_view(old["spec"], fp), spec_view(spec, fp))]
                 was, will = bool(old["spec"].get(LIMITED)), bool(spec.get(LIMITED))
-                if was != will:  # (docs/security.md: a limited token's job stays held to its tenant's policy)
+                if was != will and writer:  # (docs/security.md: a limited token's job stays held to its tenant's policy)
                     diff.append({"field": "limited", "from": was, "to": will})
                 res["action"] = "replace" if diff else "unchanged"
                 if diff:
