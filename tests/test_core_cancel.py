@@ -8,6 +8,8 @@ deadline, its pipeline children and the sinks learn it; a refusal changes nothin
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from raftsched.core import commands, limits
@@ -59,15 +61,60 @@ def test_a_running_run_ends_failed_its_lease_with_it_and_is_not_retried():
     assert (run["state"], run["error"], run["deadline"]) == ("failed", "cancelled by request", None)
     assert run["attempts"][-1]["token"] == grant["token"] and run["attempts"][-1]["ok"] is False
     assert counters(s) == counters(restored(s)) == {"depth": {}, "running": {}, "running_ids": set(), "dead": {}}
-    # Its worker is told at its next heartbeat, and its outcome is refused.
+    # Its worker is told at its next heartbeat; of the outcome of its kill only the output is kept.
     hb = apply(s, commands.heartbeat(T0 + 13 * SEC, worker="w", leases=[[rid, grant["token"]]], ttl=30_000))
     assert hb["lost"] == [rid]
     _, each = complete_many(s, commands.complete_many(T0 + 14 * SEC, None, worker="w", results=[
         {"run": rid, "token": grant["token"], "success": False, "error": "killed"}]))
-    assert each[0]["ok"] is False
+    assert each[0]["ok"] is True and each[0]["kept"] == "output", each
+    assert (run["state"], run["error"], run["output"]) == ("failed", "cancelled by request", "")
     # Three attempts allowed, one made: still no retry, and nothing in the dead-letter queue.
     assert acquire(s, T0 + 60 * SEC) == [] and s.runs[rid]["state"] == "failed"
     assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_killed_attempts_output_is_kept_once_from_its_own_worker_and_token_only():
+    """A cancelled running run: its worker kills it and reports what it wrote; the state keeps
+    that output (the run keeps its cancel: state, error, attempts, no retry, nothing counted as
+    the worker's outcome), once, and only from the attempt's worker under the attempt's token.
+    An earlier attempt's output is not shown as the killed one's."""
+    s, rid = fired()
+    g1 = acquire(s, T0 + 11 * SEC)[0]
+    complete_many(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
+        {"run": rid, "token": g1["token"], "success": False, "error": "exit 1", "output": "first try"}]))
+    g2 = acquire(s, T0 + 20 * SEC)[0]
+    assert g2["id"] == rid and s.runs[rid]["output"] == "first try"
+    cancel(s, T0 + 21 * SEC, rid, reason="hung")
+    run = s.runs[rid]
+    assert run["output"] is None and run["attempts"][-1]["killed"] is True
+    assert "killed" not in run["attempts"][0]  # (a failure of its own)
+    before = copy.deepcopy(run)
+
+    def report(worker, tok, output, own=True, success=False):
+        return complete_many(s, commands.complete_many(T0 + 22 * SEC, None, worker=worker, own=own, results=[
+            {"run": rid, "token": tok, "success": success, "error": "killed", "output": output}]))[1][0]
+
+    for worker, tok in (("intruder", g2["token"]), ("w", g1["token"]), ("w", g2["token"] + 1)):
+        assert report(worker, tok, "forged")["error"]["code"] == "conflict"
+    assert report("intruder", g2["token"], "forged", own=False)["ok"] is False  # (a worker named: its own)
+    assert run == before  # refusals change nothing
+    completed = s.workers["w"]["completed"] if "w" in s.workers else None
+    res = report("w", g2["token"], "x" * (limits.output_bytes_max + 10) + "waiting on the lock", success=True)
+    assert res["ok"] is True and res["kept"] == "output" and res["state"] == "failed", res
+    assert run["output"].endswith("waiting on the lock") and run["output"].startswith("…")  # cut, as any output
+    assert (run["state"], run["error"], len(run["attempts"])) == ("failed", "cancelled by request: hung", 2)
+    assert (s.workers["w"]["completed"] if "w" in s.workers else None) == completed
+    assert report("w", g2["token"], "again")["error"]["code"] == "conflict"  # once
+    assert acquire(s, T0 + 60 * SEC) == []
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_queued_runs_cancel_keeps_no_output_from_anyone():
+    s, rid = fired()
+    cancel(s, T0 + 11 * SEC, rid)
+    _, each = complete_many(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
+        {"run": rid, "token": 0, "success": False, "output": "forged"}]))
+    assert each[0]["ok"] is False and s.runs[rid].get("output") is None
 
 
 def test_a_retry_waiting_for_its_backoff_is_cancelled_with_its_attempts_kept():

@@ -287,10 +287,18 @@ def test_replace_revokes_the_active_runs_and_their_leases():
     assert second["attempts"][-1]["token"] == grant["token"] and second["attempts"][-1]["ok"] is False
     assert counters(s) == counters(restored(s)) == {"depth": {"default": 1}, "running": {}, "running_ids": set(),
                                                     "dead": {}}
-    # The revoked run's worker is refused: its lease is gone.
+    # The revoked run's worker's outcome changes nothing but the output: its lease is gone.
     res, each = complete_many(s, make("complete_many", T0 + 31 * SEC, results=[
         {"run": grant["id"], "token": grant["token"], "success": True}]))
-    assert each[0]["ok"] is False
+    assert each[0]["ok"] is False  # (no worker named)
+    res, each = complete_many(s, make("complete_many", T0 + 31 * SEC, worker="w", results=[
+        {"run": grant["id"], "token": grant["token"], "success": True, "output": "half done"}]))
+    assert each[0]["ok"] is True and each[0]["kept"] == "output", each
+    assert (second["state"], second["output"]) == ("failed", "half done")
+    assert second["error"] == f"replaced by run a@{T0 + 30 * SEC} (overlap policy replace)"
+    res, each = complete_many(s, make("complete_many", T0 + 32 * SEC, worker="w", results=[
+        {"run": grant["id"], "token": grant["token"], "success": True}]))
+    assert each[0]["ok"] is False  # once
 
 
 # ----------------------------------------------------------------------------- full queues

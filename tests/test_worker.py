@@ -333,8 +333,9 @@ def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed(
     """POST /v1/runs/{id}/cancel of a running run (core/cancel.py): the lease ends in the state,
     the worker's next heartbeat is told it lost the run and why, and kills it (saying it was
     cancelled, not that a lease was lost: a walk's on-call went looking for a network fault), its
-    slot takes the next run, and the cancelled run stays failed with the reason (its kill is not
-    reported over it, nor refused as stale)."""
+    slot takes the next run, and the cancelled run stays failed with the reason: its kill's
+    outcome is reported, and the state keeps only what the run wrote (its output; before
+    2026-12-07 it was not reported, and a cancelled run showed no output), once."""
     caplog.set_level("INFO", logger="raftsched.worker")
 
     async def t():
@@ -355,12 +356,49 @@ def test_a_run_cancelled_by_request_is_stopped_by_its_worker_and_its_slot_freed(
         await stop(task)
         r = env.state.runs[rid]
         assert (r["state"], r["error"]) == ("failed", "cancelled by request: stuck on a lock"), r
-        assert len(r["attempts"]) == 1 and r["attempts"][0]["ok"] is False
-        assert not [c for c in env.raft.ops("complete_many") for item in c["results"] if item["run"] == rid]
-        assert env.worker.refused == 0
+        assert len(r["attempts"]) == 1 and r["attempts"][0]["ok"] is False and r["attempts"][0]["killed"] is True
+        reports = [row for c in env.raft.ops("complete_many") for row in c["rows"] if row[0] == rid]
+        assert len(reports) == 1 and reports[0][2] is False, reports
+        assert r["output"] == reports[0][4] and isinstance(r["output"], str), r
+        assert env.worker.refused == 0 and env.worker.completed == 0  # (not an outcome of its own)
+        # Sent again (a report whose answer was lost), or by another worker: refused, nothing changes.
+        before = dict(r)
+        for worker in (env.worker.worker_id, "someone-else"):
+            res = env.state.apply(commands.complete_many(env.clock.now_ms(), None, worker=worker, results=[
+                {"run": rid, "token": r["fencing_token"], "success": True, "error": None, "output": "again"}]))
+            assert res["judged"][0]["ok"] is False and res["judged"][0]["error"]["code"] == "conflict", res
+        assert env.state.runs[rid] == before
     run(t())
     said = caplog.text
     assert "was ended by the cluster (cancelled by request: stuck on a lock)" in said and "lost (heartbeat" not in said
+
+
+def test_a_cancelled_shell_runs_output_is_kept_and_only_from_its_own_worker():
+    """What a killed run wrote is what its operator needs to see where it hung: the state keeps
+    the output the killed attempt's worker reports (core/leases.py killed_output), from that
+    worker and under that attempt's token only."""
+    async def t():
+        env = Env("hung", "unused:unused", runs=0, slots=1, lease_ttl_ms=3_000)
+        await env.service.put_job(env.job, {"schedule": {"every_s": 3600}, "history": 100,
+                                            "misfire": {"policy": "skip"}, "executor": {
+                                                "type": "shell", "argv": ["sh", "-c", "echo waiting on the lock; sleep 30"]}},
+                                  None)
+        rid = (await env.service.trigger_job(env.job, None))["run"]
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: env.state.runs[rid]["state"] == "running", 5, "the run to start")
+        await asyncio.sleep(0)
+        tok = env.state.runs[rid]["fencing_token"]
+        # Another worker's report under the right token (a token is a counter, not a secret).
+        res = env.state.apply(commands.complete_many(env.clock.now_ms(), None, worker="intruder", own=True, results=[
+            {"run": rid, "token": tok, "success": False, "error": "x", "output": "forged"}]))
+        assert res["judged"][0]["ok"] is False, res
+        await env.service.cancel_run(rid, None, reason="hung")
+        await wait_until(lambda: env.state.runs[rid]["output"] is not None, 10, "the killed run's output to be kept")
+        await stop(task)
+        r = env.state.runs[rid]
+        assert "waiting on the lock" in r["output"] and r["state"] == "failed", r
+        assert r["error"] == "cancelled by request: hung", r
+    run(t())
 
 
 def test_a_prefetched_run_of_a_late_start_skip_job_is_given_back_at_its_start_by_not_started_late():

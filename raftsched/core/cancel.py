@@ -14,7 +14,8 @@ the run is, and mirrors what the scheduler itself does to a run in that place:
 - ``running`` (a worker's lease, or a heartbeat job's run a ``start`` ping began): it ends
   ``failed``, its error saying so, as an overlap ``replace`` revokes a run (core/fire.py
   ``revoke``): the lease ends, so its fencing token goes stale; the worker's next heartbeat is
-  told it no longer holds the run and stops it, and the outcome it may still send is refused.
+  told it no longer holds the run and stops it; of the outcome it then sends only the output is
+  kept (core/leases.py ``killed_output``).
   The cancel does not retry it and does not dead-letter it.
 
 Either way the slot's deadlines are judged at once (core/deadlines.py ``on_finish``), the run's

@@ -1035,13 +1035,18 @@ def end_lease(s: SchedulerState, run: Record, now: int, ok_: bool, error: str | 
     """End a worker's lease on ``run`` (in ``_running_ids``) because the scheduler ended the run
     (a heartbeat job's rule, an overlap replace: fire.revoke), so the lease indexes hold what a
     restore rebuilds from the runs, and the reaper never meets a run that is gone. Its attempt
-    is kept."""
+    is kept; one that ends failed is marked ``killed`` (its worker is told, and kills it), and
+    the run's ``output`` (an earlier attempt's) is cleared: the killed attempt's output is kept
+    when its worker reports it (core/leases.py ``killed_output``)."""
     q = run["queue"]
     s._running_count[q] = s._running_count.get(q, 1) - 1
     s._running_ids.pop(run["id"], None)
-    kept_attempts(run).append({
-        "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
-        "started_at": run["started_at"], "finished_at": now, "ok": ok_, "error": error})
+    record = {"attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+              "started_at": run["started_at"], "finished_at": now, "ok": ok_, "error": error}
+    if not ok_:
+        record["killed"] = True
+        run["output"] = None
+    kept_attempts(run).append(record)
     run["deadline"] = None
 
 

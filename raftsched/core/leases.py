@@ -474,7 +474,10 @@ def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``complete {run, token, success, error?, output?, result?}``: the outcome of the run's current
     attempt (error and output bounded to their last characters; a ``result`` is kept with a
     success when it fits result_bytes_max and the job has children, to be handed to them: pipelines). A success ends the run; a
-    failure retries it after its backoff or sends it to the DLQ (``finish_attempt``).
+    failure retries it after its backoff or sends it to the DLQ (``finish_attempt``). The
+    outcome of an attempt the cluster ended while it ran (``killed_output``), sent by the worker
+    that held it (``worker``, which complete_many passes), changes nothing but the run's output,
+    once: answered with ``"kept": "output"``.
 
     :raises InvalidCommand: run, token or success missing. :raises NotFound: no such run.
     :raises Conflict: ``token`` is not the run's current one (a stale worker: I14)."""
@@ -485,6 +488,13 @@ def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
     if run is None:
         raise NotFound(f"no run {rid!r}", field="run")
     if run["state"] != "running" or run.get("fencing_token") != tok:  # not live(s, rid, tok)
+        worker = cmd.get("worker")
+        if killed_output(run, tok) and worker is not None and worker == run["worker"]:
+            # The cluster ended this attempt (a cancel, a replace) and its worker killed it: the
+            # run keeps its outcome; the output of what ran is kept, once.
+            output = bound_text(cmd.get("output"), limits.output_bytes_max)
+            run["output"] = output if isinstance(output, str) else ""
+            return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"], "kept": "output"}
         raise Conflict(_stale_message(run, rid, tok), field="token", code_detail="stale_token")
     error = bound_text(cmd.get("error"), limits.error_chars_max)
     output = bound_text(cmd.get("output"), limits.output_bytes_max)
@@ -492,6 +502,20 @@ def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
         run["result"] = pipelines.check_result(cmd["result"])  # kept for its children only
     finish_attempt(s, run, now, success, error, output)
     return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
+
+
+def killed_output(run: Record, tok: object) -> bool:
+    """Whether an outcome under ``tok`` is that of an attempt the cluster ended while it ran
+    (deadlines.end_lease: a cancel, an overlap replace, a heartbeat job's fail ping) and whose
+    output is not kept yet: its worker killed it and reports what it wrote; the run keeps the
+    outcome the cluster gave it."""
+    if run["state"] != "failed" or run.get("output") is not None or run.get("fencing_token") != tok:
+        return False
+    kept = run.get("attempts")
+    if type(kept) is not list or not kept:
+        return False
+    last = kept[-1]
+    return type(last) is dict and last.get("killed") is True and last.get("token") == tok
 
 
 def _stale_message(run: Record, rid: str, tok: object) -> str:
@@ -616,11 +640,12 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 continue
             try:
                 r = apply_complete(s, {"run": rid, "token": row[1], "success": row[2], "error": row[3], "output": row[4],
-                                       "result": row[5] if len(row) > 5 else None}, now)
+                                       "result": row[5] if len(row) > 5 else None,
+                                       "worker": worker if isinstance(worker, str) else None}, now)
             except (Conflict, NotFound) as e:
                 out.append({"ok": False, "run": rid, "error": e.to_dict()})
                 continue
-            if r["ok"]:
+            if r["ok"] and "kept" not in r:  # (a killed attempt's output is no outcome)
                 accepted += 1
                 if r["state"] == "succeeded":
                     out.append(r["attempt"])  # in short, as the fast path's

@@ -203,7 +203,7 @@ def _log_failure(t: asyncio.Future) -> None:
 
 class _Held:
     __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "kill_unreported", "ctx", "reporting",
-                 "renewed", "since")
+                 "renewed", "since", "ended")
 
     def __init__(self, grant: dict, renewed: float = 0.0) -> None:
         self.grant = grant
@@ -223,6 +223,10 @@ class _Held:
         #: killed by the worker's stop or its lease watchdog: a failure then is the kill's, not
         #: the run's, and is not reported (_executed)
         self.kill_unreported = False
+        #: ended by the cluster (a cancel, a replace: the heartbeat's ``ended``): killed, and its
+        #: outcome reported all the same, for the state to keep its output (the run keeps the
+        #: outcome the cluster gave it)
+        self.ended = False
         #: the run is over and its outcome on its way (the outbox, or a report in flight)
         self.reporting = False
         #: by the loop's monotonic clock: since when it waits for a slot (prefetched), then since
@@ -804,10 +808,11 @@ class LeaseLoop:
             elif not h.cancel.is_set() and not h.reporting:
                 why = self._lost_why(rid)
                 if why is not None:
-                    # Ended by the cluster (a cancel by request, an overlap replace): said so, and
-                    # the kill's outcome is not reported (the run has its outcome already).
+                    # Ended by the cluster (a cancel by request, an overlap replace): said so. The
+                    # kill's outcome is reported: the run has its outcome already, and the state
+                    # keeps what it wrote as its output (core/leases.py killed_output).
                     log.info("worker: run %s was ended by the cluster (%s): killing it", rid, why)
-                    h.kill_unreported = True
+                    h.ended = True
                 else:
                     log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
                 h.cancel.set()
@@ -1221,7 +1226,11 @@ class LeaseLoop:
                 if res is None:
                     continue
                 if res.get("ok"):
-                    self.completed += 1
+                    if res.get("kept") != "output":  # (a killed run's output: no outcome of this worker's)
+                        self.completed += 1
+                elif h.ended:  # (a node before 2026-12-07 keeps no output of a run it ended)
+                    log.info("worker: output of %s, which the cluster ended, not kept: %s", item["run"],
+                             (res.get("error") or {}).get("message"))
                 elif (res.get("error") or {}).get("code") == "conflict":
                     self.refused += 1
                     log.warning("worker: completion of %s refused: %s", item["run"], res["error"].get("message"))
