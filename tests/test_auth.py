@@ -521,7 +521,8 @@ def test_a_limited_token_cancels_only_its_tenants_runs_and_a_reader_none():
         assert s == 422 and e["error"]["field"] == "reason"
         s, e = await call(c, "POST", f"/v1/runs/{b1_run}/cancel", body={"why": "x"})
         assert s == 422 and e["error"]["field"] == "why"
-        for bad in ("a\nb", "a\x85b", "a\x7fb"):  # (a walk: NEL, a C1 control, was taken)
+        for bad in ("a\nb", "a\x85b", "a\x7fb", "disk full\u202e!kcab", "a\u2028b", "a\u2066b"):
+            # (a walk: NEL, a C1 control, was taken; a direction override reorders what is shown)
             s, e = await call(c, "POST", f"/v1/runs/{b1_run}/cancel", body={"reason": bad})
             assert s == 422 and e["error"]["field"] == "reason", bad
         assert env.state.runs[b1_run]["state"] == "queued"
