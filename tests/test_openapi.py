@@ -401,3 +401,17 @@ def test_a_route_that_takes_no_body_answers_a_body_sent_to_it_as_its_document_sa
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             assert {"408", "413", "422"} <= set(op["responses"]), f"{method} {path}"
+
+
+def test_a_413_says_the_bound_of_its_route():
+    """A batch reads up to batch_request_bytes_max (16 MiB), every other route 64 KiB: the
+    document said 64 KiB for the batch's two routes too, and a client sized its batches by it."""
+    from raftsched.core import limits
+    from raftsched.node import limits as node_limits
+    doc = openapi.document(TABLE)
+    for path in ("/v1/jobs:batch", "/v1/jobs:plan"):
+        desc = doc["paths"][path]["post"]["responses"]["413"]["description"]
+        assert str(limits.batch_request_bytes_max) in desc, (path, desc)
+    one = doc["paths"]["/v1/jobs/{name}"]["put"]["responses"]["413"]
+    assert doc["components"]["responses"][one["$ref"].rsplit("/", 1)[1]]["description"].endswith(
+        f"{node_limits.request_bytes_max} bytes")

@@ -776,6 +776,9 @@ def _operation(route: Route, oid: str, open_: bool) -> Schema:
     if route.mutates:  # an Idempotency-Key used before for another request
         statuses.add(409)
     for status in sorted(statuses - {route.ok, *route.also_ok}):
+        if status == 413 and route.body_bytes_max is not None:  # (a batch's larger bound)
+            responses["413"] = dict(_error_response(413), description=f"a body larger than {route.body_bytes_max} bytes")
+            continue
         responses[str(status)] = {"$ref": f"#/components/responses/error_{status}"}
     op["responses"] = responses
     if open_:

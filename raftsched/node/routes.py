@@ -88,6 +88,8 @@ class Route:
     #: The query string is not read, so any is accepted rather than refused (the dashboard's
     #: page and files: a link to them may carry one, a cache-buster or a tracker's).
     any_query: bool = False
+    #: The largest body it reads, when not node/limits.py request_bytes_max (a batch's).
+    body_bytes_max: int | None = None
 
     @property
     def key(self) -> tuple[str, str]:
