@@ -79,6 +79,9 @@ def test_a_killed_attempts_output_is_kept_once_from_its_own_worker_and_token_onl
     the worker's outcome), once, and only from the attempt's worker under the attempt's token.
     An earlier attempt's output is not shown as the killed one's."""
     s, rid = fired()
+    from raftsched.core.model import EXECUTOR_TYPES
+    apply(s, commands.make("worker_hello", T0 + 10 * SEC, None, worker="w", kind="remote", labels={}, slots=4,
+                           executors=sorted(EXECUTOR_TYPES), queues=None, version="1", instance="i"))
     g1 = acquire(s, T0 + 11 * SEC)[0]
     complete_many(s, commands.complete_many(T0 + 12 * SEC, None, worker="w", results=[
         {"run": rid, "token": g1["token"], "success": False, "error": "exit 1", "output": "first try"}]))
@@ -98,12 +101,12 @@ def test_a_killed_attempts_output_is_kept_once_from_its_own_worker_and_token_onl
         assert report(worker, tok, "forged")["error"]["code"] == "conflict"
     assert report("intruder", g2["token"], "forged", own=False)["ok"] is False  # (a worker named: its own)
     assert run == before  # refusals change nothing
-    completed = s.workers["w"]["completed"] if "w" in s.workers else None
+    completed = s.workers["w"]["completed"]
     res = report("w", g2["token"], "x" * (limits.output_bytes_max + 10) + "waiting on the lock", success=True)
     assert res["ok"] is True and res["kept"] == "output" and res["state"] == "failed", res
     assert run["output"].endswith("waiting on the lock") and run["output"].startswith("…")  # cut, as any output
     assert (run["state"], run["error"], len(run["attempts"])) == ("failed", "cancelled by request: hung", 2)
-    assert (s.workers["w"]["completed"] if "w" in s.workers else None) == completed
+    assert s.workers["w"]["completed"] == completed == 1  # (the first try's outcome only)
     assert report("w", g2["token"], "again")["error"]["code"] == "conflict"  # once
     assert acquire(s, T0 + 60 * SEC) == []
     assert restored(s).snapshot() == s.snapshot()

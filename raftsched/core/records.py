@@ -317,7 +317,8 @@ def run_ids_digest(ids: list[Any]) -> int:
 def outcome_results(res: Result, run_ids: list[Any]) -> list[Result]:
     """The answer of each outcome of a complete_many (core/leases.py apply_complete_many), for
     the runs ``run_ids`` its outcomes named, in their order: ``{"ok": true, "run", "state",
-    "attempt"}`` or ``{"ok": false, "run", "error"}``, as ``POST /v1/workers/{id}/complete``
+    "attempt"}`` (with ``"kept": "output"`` for a killed attempt's output) or ``{"ok": false, "run",
+    "error"}``, as ``POST /v1/workers/{id}/complete``
     answers them (docs/api.md).
 
     Apply answers in short: ``{"ok": true, "judged": [...], "ids": digest}``, an outcome's item

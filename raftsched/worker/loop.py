@@ -1226,8 +1226,13 @@ class LeaseLoop:
                 if res is None:
                     continue
                 if res.get("ok"):
-                    if res.get("kept") != "output":  # (a killed run's output: no outcome of this worker's)
+                    if res.get("kept") != "output":
                         self.completed += 1
+                    elif not h.ended:  # (a killed run's output is no outcome of this worker's)
+                        # Its outcome came after the cluster ended it (a cancel, a replace): the run
+                        # keeps that ending, a success included; once a warning, "refused".
+                        log.info("worker: run %s had been ended by the cluster when its outcome came (%s): "
+                                 "only its output was kept", item["run"], "succeeded" if item.get("success") else "failed")
                 elif h.ended:  # (a node before 2026-12-07 keeps no output of a run it ended)
                     log.info("worker: output of %s, which the cluster ended, not kept: %s", item["run"],
                              (res.get("error") or {}).get("message"))
