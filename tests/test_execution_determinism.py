@@ -182,10 +182,16 @@ class ExecDriver:
             run = runs[k % len(runs)]
             tok = (run.get("fencing_token") or 0) - (0 if mode == 0 else mode)
             before = dict(run)
-            res = self.cmd("complete", run=run["id"], token=tok, success=ok, error="e")
+            # Half of them name the run's worker, as complete_many does: an attempt the cluster
+            # ended while it ran (a cancel, a replace) keeps that report's output, and only it.
+            named = {"worker": run["worker"]} if k % 2 and run.get("worker") is not None else {}
+            res = self.cmd("complete", run=run["id"], token=tok, success=ok, error="e", output=f"o{self.now}", **named)
             if not res["ok"]:
                 assert res["error"]["code"] == "conflict"
                 assert L.runs.get(run["id"]) == before, "a refused completion changed the run"
+            elif res.get("kept") == "output":
+                assert named and before["output"] is None and before["state"] == "failed", before
+                assert dict(L.runs[run["id"]], output=None) == before, "a killed run's report changed more than its output"
         elif kind == "reap":
             self.now += a[1]
             reads = [queries.lease_snapshot(r) for r in self.replicas]
