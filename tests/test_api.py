@@ -1232,6 +1232,10 @@ def test_a_jobs_queued_runs_are_cancelled_oldest_first_a_bounded_number_a_reques
         rest = await (await c.post("/v1/jobs/p/cancel", json={"after": first["next"]})).json()
         assert rest == {"job": "p", "cancelled": 1, "runs": ids[3:], "passed": [], "more": False}, rest
         await err(await c.post("/v1/jobs/p/cancel", json={"after": 7}), 422, "invalid", "after")
+        # A cursor that is no run id of this job (garbage, another job's run) would start from the
+        # oldest and cancel what was left alone (a walk): refused, changing nothing.
+        for bad in ("!!!", theirs, "pp@1"):
+            await err(await c.post("/v1/jobs/p/cancel", json={"running": True, "after": bad}), 422, "invalid", "after")
         # The running run stays unless asked; another job's run stays.
         assert env.state.runs[leased]["state"] == "running" and env.state.runs[theirs]["state"] == "queued"
         done = await (await c.post("/v1/jobs/p/cancel", json={"running": True})).json()

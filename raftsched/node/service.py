@@ -1048,6 +1048,11 @@ class Service:
         :raises NotFound: no such job. :raises RaftschedError: a command's failure (the ones
             applied beside it stay: asking again cancels the rest)."""
         del rid
+        if after is not None and not after.startswith(f"{name}@"):
+            # A cursor is a run id of this job (an answer's next): another's, or none at all, would
+            # start the walk from the oldest run and cancel what the requests before left alone.
+            raise InvalidSpec(f"is not a run id of job {name!r} ({name}@...): send the next of the answer before",
+                              field="after")
         await self.read_barrier()  # (the runs queued up to now, not a lagging replica's view)
         ids, nxt = self.read(queries.runs_to_cancel, name, running, tenants, node_limits.cancel_job_runs_max,
                              node_limits.cancel_job_scan_max, after)
