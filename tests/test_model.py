@@ -266,7 +266,8 @@ def test_bad_shell_env_and_cwd_are_named():
     assert _refusal(_with(executor={"type": "shell", "argv": ["a"], "url": "x"})).field == "executor.url"
 
 
-@pytest.mark.parametrize("url", ["ftp://host/x", "example.com", "http://", "http:// space", "", None, 5])
+@pytest.mark.parametrize("url", ["ftp://host/x", "example.com", "http://", "http:// space", "", None, 5,
+                                 "http://h/\u202eexe.txt"])
 def test_bad_http_url_is_refused(url):
     assert _refusal(_with(executor={"type": "http", "url": url})).field == "executor.url"
 

@@ -626,6 +626,9 @@ def test_bad_notification_fields_name_the_field(raw, field) -> None:
     ({"type": "webhook", "secrets": {"signing_key": "k"}}, "url"),
     ({"type": "webhook", "url": "ftp://x/", "secrets": {"signing_key": "k"}}, "url"),
     ({"type": "webhook", "url": "http://x/"}, "secrets.signing_key"),
+    # a direction override: shown raw by every read, it reorders the URL around it (a walk)
+    ({"type": "webhook", "url": "http://127.0.0.1:8/\u202eevents", "secrets": {"signing_key": "k"}}, "url"),
+    ({"type": "webhook", "url": "http://x/", "link": "http://ui/\u2066x", "secrets": {"signing_key": "k"}}, "link"),
     ({"type": "slack", "secrets": {"url": "not a url"}}, "secrets.url"),
     ({"type": "email", "smtp": {"host": "h", "from": "a@b", "to": []}}, "smtp.to"),
     ({"type": "pagerduty", "secrets": {"routing_key": "r"}, "subscribe": ["run.dead"]}, "subscribe[0]"),

@@ -12,6 +12,7 @@ from . import limits, network
 from .errors import BadRequest, InvalidSpec
 from .model import EXECUTOR_TYPES, check_name
 from .placement import validate_worker_labels
+from .records import LAYOUT_CHARS, LAYOUT_CHARS_SAID
 
 
 def json_loads(raw: str | bytes, keys_once: bool = True) -> Any:
@@ -96,17 +97,11 @@ def _words(body: object, field: str, n: int, others: AbstractSet[str] = frozense
         raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field=field)
     if text is not None and any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in text):
         raise InvalidSpec("holds a control character such as NUL, CR, LF or NEL", field=field)
-    if text is not None and not _LAYOUT_CHARS.isdisjoint(text):
-        raise InvalidSpec("holds a character that changes how the text around it reads: a direction "
-                          "mark, embedding, override or isolate (U+061C, U+200E-U+200F, U+202A-U+202E, "
-                          "U+2066-U+2069) or a line or paragraph separator (U+2028, U+2029)", field=field)
+    if text is not None and not LAYOUT_CHARS.isdisjoint(text):
+        raise InvalidSpec(f"holds a character that changes how the text around it reads: {LAYOUT_CHARS_SAID}",
+                          field=field)
     return text
 
-
-#: Characters an operator's words may not hold (_words): shown in the dashboard, the CLI and the
-#: logs, they would reorder or break the text around them (a reason that reads otherwise than it
-#: was written), unseen.
-_LAYOUT_CHARS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029")
 
 
 def validate_pause(body: object) -> str | None:

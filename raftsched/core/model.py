@@ -26,7 +26,7 @@ from .deadlines import KEYS as DEADLINE_KEYS, validate as validate_deadline
 from .errors import InvalidSpec
 from .notify_model import ROUTE_FIELDS, add_job_fields
 from .placement import validate_worker_labels
-from .records import Record
+from .records import LAYOUT_CHARS, LAYOUT_CHARS_SAID, Record
 
 
 class MisfirePolicy(str, enum.Enum):
@@ -296,6 +296,8 @@ def validate_executor(raw: object) -> Record:
         url = ex.get("url")
         if not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
             raise InvalidSpec("must be an http:// or https:// URL (no spaces or control characters)", field="executor.url")
+        if not LAYOUT_CHARS.isdisjoint(url):
+            raise InvalidSpec(f"must be an http:// or https:// URL without {LAYOUT_CHARS_SAID}", field="executor.url")
         try:
             parts = urllib.parse.urlsplit(url)
             netloc = parts.netloc

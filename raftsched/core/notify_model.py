@@ -16,6 +16,7 @@ from yarl import URL
 
 from . import limits
 from .errors import InvalidCommand, InvalidSpec
+from .records import LAYOUT_CHARS, LAYOUT_CHARS_SAID
 
 #: Kinds about one job, which a job's or a tenant's routes list.
 JOB_KINDS = (
@@ -163,6 +164,8 @@ def _url(v: object, field: str, secret: bool = False) -> str:
     if _URL_REFUSED_RE.search(v):
         raise InvalidSpec("must be an http or https URL without spaces, control characters or backslashes",
                           field=field)
+    if not LAYOUT_CHARS.isdisjoint(v):
+        raise InvalidSpec(f"must be an http or https URL without {LAYOUT_CHARS_SAID}", field=field)
     try:
         u = urlsplit(v)
         host, port = u.hostname, u.port  # (port: ValueError out of 0-65535, or not a number)

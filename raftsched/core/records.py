@@ -85,6 +85,17 @@ def is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+#: Characters that change how the text around them reads, unseen: the direction marks,
+#: embeddings, overrides and isolates (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069) and
+#: the line and paragraph separators (U+2028, U+2029). An operator's words (core/bodies.py) and
+#: the URLs a spec holds (a job's http executor, a sink's) refuse them: shown in the dashboard,
+#: the CLI and the logs, they would read otherwise than they were written.
+LAYOUT_CHARS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029")
+#: What the refusals say.
+LAYOUT_CHARS_SAID = ("a direction mark, embedding, override or isolate (U+061C, U+200E-U+200F, U+202A-U+202E, "
+                     "U+2066-U+2069) or a line or paragraph separator (U+2028, U+2029)")
+
+
 def bound_text(v: object, n: int) -> str | None:
     """Bound a text field: its last ``n`` characters (the end of an error says the most)."""
     if v is None:
