@@ -527,11 +527,23 @@ def _time_arg(text: str | None, flag: str) -> str | None:
 
 
 def _trigger(a, c: Client) -> int:
-    """``raftsched trigger NAME [--slot T] [--payload JSON|@FILE] [--propagate]``: POST
-    /v1/jobs/NAME/trigger, with a body only when a flag asks for one (a heartbeat job's trigger
-    without a body opens a slot that waits for its ping)."""
+    """``raftsched trigger NAME [--slot T [--rerun [--downstream]]] [--payload JSON|@FILE]
+    [--propagate]``: POST /v1/jobs/NAME/trigger, with a body only when a flag asks for one (a
+    heartbeat job's trigger without a body opens a slot that waits for its ping). The answer's
+    warnings go to stderr too (a slot whose run ended runs nothing without --rerun)."""
     kw = {} if a.payload is None else {"payload": json_arg(a.payload, "--payload")}
-    return show(c.trigger(a.name, slot=_time_arg(a.slot, "--slot"), propagate=a.propagate, **kw))
+    if (a.rerun or a.downstream) and a.slot is None:
+        raise UsageError("--rerun needs --slot: the slot to run again")
+    if a.downstream and not a.rerun:
+        raise UsageError("--downstream needs --rerun: the jobs after it run again after the slot runs again")
+    if a.rerun:
+        kw["rerun"] = True
+    if a.downstream:
+        kw["downstream"] = True
+    res = c.trigger(a.name, slot=_time_arg(a.slot, "--slot"), propagate=a.propagate, **kw)
+    for w in res.get("warnings") or () if isinstance(res, dict) else ():
+        print(f"warning: {w}", file=sys.stderr)
+    return show(res)
 
 
 def _preview(a, c: Client) -> int:
@@ -1247,6 +1259,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--payload", metavar="JSON|@FILE", help="this run's payload instead of the job's: JSON text, "
                                                            "or @FILE (@- for stdin)")
     c.add_argument("--propagate", action="store_true", help="its outcome reaches the jobs that run after it")
+    c.add_argument("--rerun", action="store_true", help="with --slot: run the slot again though its run ended "
+                                                        "(a dead run: requeue it instead)")
+    c.add_argument("--downstream", action="store_true", help="with --rerun: the jobs after it that ran for the slot "
+                                                             "run again after it, down the graph (implies --propagate)")
     c = client("delete", "delete a job", lambda a, c: c.delete_job(a.name, force=a.force))
     c.add_argument("name")
     c.add_argument("--force", action="store_true", help="though other jobs run after it (their waiting slots are "

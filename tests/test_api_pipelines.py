@@ -422,3 +422,71 @@ def test_a_tenant_token_reads_its_own_jobs_recorded_range_by_an_instant_and_no_o
             else:
                 assert b["error"]["field"] == "run"
     auth_run(body)
+
+
+def test_a_slot_whose_run_ended_runs_again_with_rerun_and_a_plain_trigger_says_how():
+    """A walk triggered a failed slot with propagate and got a 200 that ran nothing, silently:
+    the answer now warns (requeue a dead run; rerun another), and ``rerun`` (``downstream``)
+    runs the slot again (and what ran below it); malformed flags are 422 naming them."""
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        await put(c, "once", after("a", retry={"max_attempts": 1}))
+        slot = schedule.iso(env.clock.now_ms() - 60_000)  # a slot of its parent's: any, for a triggered job
+        r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": slot}))
+        first = (await r.json())["run"]
+        now = env.clock.now_ms()
+        g = env.state.apply(commands.acquire(now, worker="w", queues=None, max=1, ttl=30_000, types=None))["runs"][0]
+        env.state.apply(commands.complete_many(now, None, worker="w", results=[
+            {"run": g["id"], "token": g["token"], "success": True}]))
+        r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": slot}))
+        assert r.status == 200, await r.text()
+        said = await r.json()
+        assert said["run"] == first and not said["created"] and "send rerun" in said["warnings"][-1], said
+        r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": slot, "rerun": True, "downstream": True}))
+        assert r.status == 201, await r.text()
+        made = await r.json()
+        assert made["run"] == f"{first}#manual" and "warnings" in made  # (no parents' outcomes: said)
+        assert env.state.runs[made["run"]]["propagate"] is True and env.state.runs[made["run"]]["downstream"] is True
+        # A dead run is requeued, not rerun.
+        r = await c.post("/v1/jobs/once/trigger", data=json.dumps({"slot": slot}))
+        dead = (await r.json())["run"]
+        g = env.state.apply(commands.acquire(now, worker="w", queues=None, max=5, ttl=30_000, types=None))["runs"]
+        g = next(x for x in g if x["id"] == dead)
+        env.state.apply(commands.complete_many(now, None, worker="w", results=[
+            {"run": dead, "token": g["token"], "success": False}]))
+        assert env.state.runs[dead]["state"] == "dead"
+        said = await (await c.post("/v1/jobs/once/trigger", data=json.dumps({"slot": slot}))).json()
+        assert f"POST /v1/dlq/{dead}/requeue" in said["warnings"][-1], said
+        e = await err(await c.post("/v1/jobs/once/trigger", data=json.dumps({"slot": slot, "rerun": True})),
+                      409, "conflict", "rerun")
+        assert e["error"]["run"] == dead
+        for bad, field in (({"rerun": True}, "rerun"), ({"slot": slot, "rerun": 1}, "rerun"),
+                           ({"slot": slot, "downstream": True}, "downstream"),
+                           ({"slot": slot, "rerun": True, "downstream": True, "propagate": False}, "downstream")):
+            await err(await c.post("/v1/jobs/b/trigger", data=json.dumps(bad)), 422, "invalid", field)
+    run(body)
+
+
+def test_a_limited_tokens_downstream_rerun_reaches_its_tenants_children_only():
+    from test_auth import call, new_token, run as auth_run
+
+    async def body(env, c):
+        for name, spec in (("a", dict(A, tenant="acme")), ("b", after("a", tenant="acme"))):
+            s, b = await call(c, "PUT", f"/v1/jobs/{name}", body=spec)
+            assert s == 201, b
+        op = (await new_token(c, "operator", tenants=["acme"]))["token"]
+        first = env.state.jobs["a"]["next"]
+        env.clock.advance(first - env.clock.now_ms() + 1_000)
+        await env.trigger.tick()  # a's first slot fired, and ran
+        now = env.clock.now_ms()
+        g = env.state.apply(commands.acquire(now, worker="w", queues=None, max=1, ttl=30_000, types=None))["runs"][0]
+        env.state.apply(commands.complete_many(now, None, worker="w", results=[
+            {"run": g["id"], "token": g["token"], "success": True}]))
+        slot = schedule.iso(first)
+        s, b = await call(c, "POST", "/v1/jobs/a/trigger", op, body={"slot": slot, "rerun": True, "downstream": True})
+        assert s == 201, b
+        assert env.state.runs[b["run"]]["downstream"] == ["acme"], env.state.runs[b["run"]]
+        s, b = await call(c, "POST", "/v1/jobs/a/trigger", body={"slot": slot, "rerun": True, "downstream": True})
+        assert s == 200 and not b["created"], b  # (the slot's rerun is still going: that run)
+    auth_run(body)

@@ -392,3 +392,22 @@ def test_an_unknown_flag_shows_the_commands_usage(capsys):
     with pytest.raises(SystemExit):
         cli.main(["secrets", "status", "--bogus"])
     assert "raftsched secrets status: error: unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_trigger_reruns_a_slot_and_downstream_and_says_the_answers_warnings(run, capsys):
+    """``--rerun`` (with --slot) runs the slot again though its run ended, ``--downstream`` the
+    jobs after it that ran for it too; each without what it needs is refused before any request.
+    A warning of the answer (a plain trigger of an ended slot runs nothing) goes to stderr."""
+    rc, calls = run(["trigger", "j", "--slot", "1796146180000", "--rerun", "--downstream"])
+    assert rc == 0 and calls == [("trigger", ("j",), {"slot": "2026-12-01T17:29:40Z", "propagate": False,
+                                                      "rerun": True, "downstream": True})]
+    capsys.readouterr()
+    for argv, said in ((["--rerun"], "--rerun"), (["--downstream"], "--rerun"),
+                       (["--slot", "1796146180000", "--downstream"], "--downstream")):
+        rc, calls = run(["trigger", "j", *argv])
+        out = capsys.readouterr()
+        assert rc == 2 and calls == [] and out.err.startswith(f"raftsched trigger: {said}"), (argv, out)
+    rc, calls = run(["trigger", "j", "--slot", "1796146180000"], answers={"trigger": {
+        "job": "j", "run": "j@1796146180000", "state": "failed", "created": False,
+        "warnings": ["slot ... ended failed: nothing new runs; send rerun"]}})
+    assert rc == 0 and "warning: slot ... ended failed: nothing new runs; send rerun" in capsys.readouterr().err

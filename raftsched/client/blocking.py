@@ -358,9 +358,10 @@ class Client(Transport):
         return self._send(endpoints.list_deadlines(state, job, since, limit, consistent, stale=stale))
 
     def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET,
-                propagate: bool = False) -> dict:
-        """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated; ``propagate``: to children)."""
-        return self._send(endpoints.trigger(name, slot=slot, payload=payload, propagate=propagate))
+                propagate: bool = False, rerun: bool = False, downstream: bool = False) -> dict:
+        """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated; ``propagate``: to children; ``rerun``: the slot again; ``downstream``: its children too)."""
+        return self._send(endpoints.trigger(name, slot=slot, payload=payload, propagate=propagate, rerun=rerun,
+                                            downstream=downstream))
 
     def pause(self, name: str, note: str | None = None) -> dict:
         """``POST /v1/jobs/{name}/pause``: fire no more slots until resumed (``note``: why)."""

@@ -264,13 +264,17 @@ def list_deadlines(state: str | None = None, job: str | None = None, since: str 
 
 
 @endpoint
-def trigger(name: str, *, slot: str | None = None, payload: Any = UNSET, propagate: bool = False) -> Request:
+def trigger(name: str, *, slot: str | None = None, payload: Any = UNSET, propagate: bool = False,
+            rerun: bool = False, downstream: bool = False) -> Request:
     """``POST /v1/jobs/{name}/trigger``: start a manual run now (one run per call, even when the
     call is retried). ``payload`` overrides the job's for this run; ``slot`` (ISO-8601) makes it
     the run of that scheduled time, deduplicated: when the slot has a run already, that run is
     the answer (``created`` False). ``propagate``: its outcome reaches the job's children
-    (pipelines), as a scheduled run's does."""
-    body: dict = _given(slot=slot, propagate=True if propagate else None)
+    (pipelines), as a scheduled run's does. ``rerun`` (with ``slot``): the slot runs again
+    though its run ended (one still going is the answer); ``downstream`` (with ``rerun``): the
+    children that ran for the slot run again after it, down the graph."""
+    body: dict = _given(slot=slot, propagate=True if propagate else None, rerun=True if rerun else None,
+                        downstream=True if downstream else None)
     if payload is not UNSET:
         body["payload"] = payload
     return Request("POST", f"/v1/jobs/{_q(name)}/trigger", body=body or None)

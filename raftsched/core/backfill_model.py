@@ -22,7 +22,7 @@ DLQ_BULK_FIELDS = {"queue", "job", "error", "dead_from", "dead_to", "max_count",
                    "dry_run", "id", "all"}
 # What selects the dead runs of a bulk DLQ request; without one of them, "all": true must say so.
 DLQ_BULK_FILTERS = ("queue", "job", "error", "dead_from", "dead_to")
-TRIGGER_FIELDS = {"payload", "slot", "propagate"}
+TRIGGER_FIELDS = {"payload", "slot", "propagate", "rerun", "downstream"}
 
 
 
@@ -208,7 +208,9 @@ def validate_dlq_bulk(body: object, action: str, now_ms: int) -> dict[str, Any]:
 
 
 def validate_trigger(body: object) -> dict[str, Any]:
-    """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms), "propagate"?}``."""
+    """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms), "propagate"?,
+    "rerun"?, "downstream"?}``: ``rerun`` needs a slot; ``downstream`` needs ``rerun`` and makes
+    the run propagate."""
     b = check_body(body, TRIGGER_FIELDS, empty_ok=True)
     out: dict[str, Any] = {}
     if "payload" in b:
@@ -220,4 +222,20 @@ def validate_trigger(body: object) -> dict[str, Any]:
             raise InvalidSpec("must be true or false", field="propagate")
         if b["propagate"]:
             out["propagate"] = True
+    for flag in ("rerun", "downstream"):
+        if flag in b and not isinstance(b[flag], bool):
+            raise InvalidSpec("must be true or false", field=flag)
+    if b.get("rerun"):
+        if "slot" not in out:
+            raise InvalidSpec("needs a slot: the slot to run again (a run without one is new anyway)", field="rerun")
+        out["rerun"] = True
+    if b.get("downstream"):
+        if not b.get("rerun"):
+            raise InvalidSpec("needs rerun: the children that ran for the slot run again after it runs again",
+                              field="downstream")
+        if b.get("propagate") is False:
+            raise InvalidSpec("needs propagate: the children run again after the run's outcome reaches them",
+                              field="downstream")
+        out["propagate"] = True
+        out["downstream"] = True
     return out

@@ -619,15 +619,24 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
     was recorded, not run, has its record there), else ``job@slot#manual``. Its kind is
     ``manual``; it is due now.
 
+    With ``rerun`` (and a slot): the slot runs again though its run ended (succeeded, or failed:
+    cancelled, replaced; a record), as ``job@slot#manual`` or, that taken, ``job@slot#manual-N``;
+    while a run of the slot has not ended (its own, a run by hand, a backfill's), the answer is
+    that run (``created`` False): a slot never runs twice at once. Its newest run dead is refused:
+    its place is the dead-letter queue, whose requeue runs it again (its children with it).
+
     :raises InvalidCommand: slot not an integer, payload not JSON data.
     :raises InvalidSpec: the job is a heartbeat job (field ``slot``, else ``payload``).
     :raises Conflict: the slot is after the job's cursor (its scheduled run is still to come),
-        or the job's queue is full."""
+        the job's queue is full, or (``rerun``) the slot's newest run is dead."""
     payload_given = "payload" in cmd
     payload = cmd.get("payload")
     if payload_given and not _jsonable(payload):
         raise InvalidCommand("trigger_job.payload must be JSON data")
     slot = cmd.get("slot")
+    rerun = cmd.get("rerun", False)
+    if type(rerun) is not bool or (rerun and slot is None):
+        raise InvalidCommand("trigger_job.rerun must be a boolean, and needs a slot")
     check_not_heartbeat(job, "slot" if slot is not None else "payload", "trigger with a slot or a payload")
     name = job["name"]
     if slot is None:  # a manual run now, as without a payload (a full queue records it skipped)
@@ -642,18 +651,27 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
         raise Conflict(f"slot {slot} is after the cursor of job {name!r} ({job['cursor']}): the schedule "
                        f"has not handled it yet, and its run will come", field="slot", cursor=job["cursor"])
     base = f"{name}@{slot}"
-    for rid in (base, base + "#manual"):
-        r = s.runs.get(rid)
-        if r is not None and r["kind"] != "recorded" and r["state"] in REAL_STATES:
-            return ok(job=name, run=rid, state=r["state"], created=False)
+    if rerun:
+        entries = pipelines.slot_entries(s, name, slot)
+        going = next((r for r in reversed(entries) if r["state"] in pipelines.UNFINISHED), None)
+        if going is not None:
+            return ok(job=name, run=going["id"], state=going["state"], created=False)
+        ran = [r for r in entries if r.get("kind") != "recorded"]
+        if ran and ran[-1]["state"] == "dead":
+            dead = ran[-1]["id"]
+            raise Conflict(f"run {dead} of slot {slot} is dead, in its queue's dead-letter queue: requeue it "
+                           f"(POST /v1/dlq/{dead}/requeue) to run the slot again, its children with it",
+                           field="rerun", run=dead)
+    else:
+        for rid in (base, base + "#manual"):
+            r = s.runs.get(rid)
+            if r is not None and r["kind"] != "recorded" and r["state"] in REAL_STATES:
+                return ok(job=name, run=rid, state=r["state"], created=False)
     spec = job["spec"]
     depth, max_depth = queue_room(s, spec["queue"])
     if depth >= max_depth:  # (before any change: a refused command changes nothing)
         raise Conflict(f"queue {spec['queue']!r} is full ({depth} runs, its max_depth {max_depth})", field="queue")
-    rid = base if base not in s.runs else base + "#manual"
-    if rid in s.runs:  # an earlier manual run of the slot that never ran (a full queue)
-        s.manual_seq += 1
-        rid = f"{base}#manual-{s.manual_seq}"
+    rid = pipelines.manual_slot_id(s, name, slot)
     run = RUN_TEMPLATE.copy()
     run["id"] = rid
     run["job"] = name

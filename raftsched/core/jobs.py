@@ -555,20 +555,33 @@ def withdraw_queued(s: SchedulerState, job: Record, now: int) -> int:
 
 
 def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``trigger_job {name, slot?, payload?, propagate?}``: a manual run now, ``job@now!manual-N`` (N from
-    the state's manual counter), queued like a scheduled one (or recorded skipped when its queue
-    is full). With a ``slot`` (a run for that scheduled time, deduplicated) or a ``payload``
-    override: backfills.trigger_job_with. With ``propagate``, its final outcome reaches the job's
-    children (pipelines) as a scheduled run's does; without it, it reaches none.
+    """``trigger_job {name, slot?, payload?, propagate?, rerun?, downstream?}``: a manual run now,
+    ``job@now!manual-N`` (N from the state's manual counter), queued like a scheduled one (or
+    recorded skipped when its queue is full). With a ``slot`` (a run for that scheduled time,
+    deduplicated; ``rerun``: again, though its run ended) or a ``payload`` override:
+    backfills.trigger_job_with. With ``propagate``, its final outcome reaches the job's children
+    (pipelines) as a scheduled run's does; without it, it reaches none. ``downstream`` (with
+    ``rerun`` and ``propagate``; true, or the tenants of a token limited to them): the children
+    that ran for the slot run again after it, and theirs, down the graph (pipelines.py, "clear
+    downstream").
 
-    :raises NotFound: no such job."""
+    :raises NotFound: no such job. :raises InvalidCommand: ``downstream`` without ``rerun`` and
+        ``propagate``, or neither true nor a list of tenant names."""
     job = _job(s, cmd)
+    down = cmd.get("downstream")
+    if down is not None and not ((down is True or (type(down) is list and all(type(t) is str for t in down)))
+                                 and cmd.get("rerun") is True and cmd.get("propagate") is True):
+        raise InvalidCommand("trigger_job.downstream must be true or a list of tenants, with rerun and propagate")
+    if "rerun" in cmd and "slot" not in cmd:
+        raise InvalidCommand("trigger_job.rerun needs a slot")
     if "slot" in cmd or "payload" in cmd:
         res = trigger_job_with(s, job, cmd, now)
         if cmd.get("propagate") is True and res.get("created"):
             made = s.runs.get(res["run"])  # (a record its own add may have trimmed already)
             if made is not None:
                 made["propagate"] = True
+                if down is not None:
+                    made["downstream"] = down
     else:
         s.manual_seq += 1
         rid = f"{job['name']}@{now}!manual-{s.manual_seq}"

@@ -479,7 +479,7 @@ def notify(s: SchedulerState, run: Record, now: int) -> None:
 
 #: The fields of a run a deferred fan-out keeps (a pending item of ``Pipes.fanout``).
 _SOURCE_FIELDS = ("job", "id", "slot", "slot_to", "state", "reason", "count", "fencing_token", "result",
-                  "backfill", "kind")
+                  "backfill", "kind", "downstream")
 
 
 def _drain(s: SchedulerState, work: list[tuple[Record, int]], now: int, budget: list[int] | None = None) -> None:
@@ -524,7 +524,7 @@ def _fan(s: SchedulerState, src: Record, after: str | None, now: int, work: list
         if lo != hi:
             _offer_range(s, child, src["job"], lo, hi, src, now, work)
         else:
-            _offer(s, child, src["job"], lo, info, now, work, src.get("backfill"), from_slot)
+            _offer(s, child, src["job"], lo, info, now, work, src.get("backfill"), from_slot, src.get("downstream"))
 
 
 def pending_fanout(s: SchedulerState, n: int) -> list[list[Any]]:
@@ -570,10 +570,14 @@ def _satisfies(state: str, on: str) -> bool | None:
 
 
 def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[Any], now: int,
-           work: list[tuple[Record, int]], bf: str | None = None, from_slot: bool = True) -> None:
+           work: list[tuple[Record, int]], bf: str | None = None, from_slot: bool = True,
+           downstream: Any = None) -> None:
     """Parent ``parent``'s final outcome ``info`` for ``slot`` reaches ``child``. ``bf``: the
     outcome is a run of a backfill with ``cascade: children``; the child's run, when the join
-    completes, is then made under that backfill's pace and concurrency (held: ``hold``)."""
+    completes, is then made under that backfill's pace and concurrency (held: ``hold``).
+    ``downstream``: the outcome is a rerun's asked to run again what ran below it (a trigger's
+    ``downstream``: true, or the tenants it may reach); a child that ran for the slot then waits
+    in a join of its own for a rerun (``_rerun_join``)."""
     c = child["name"]
     spec = child["spec"]
     latest = spec.get("match") == "latest"
@@ -583,6 +587,16 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
             _try_latest(s, child, now, work)
         return
     rid = f"{c}@{slot}"
+    waiting = s.pipes.joins.get(c)
+    j = None if waiting is None else waiting.get(slot)
+    if j is not None and j.get("rerun") is not None:
+        j["got"][parent] = info  # (a rerun's join: this parent's newest outcome)
+        _check(s, child, slot, now, work)
+        return
+    if downstream is not None and _rerun_join(s, child, slot, parent, downstream, now):
+        s.pipes.joins[c][slot]["got"][parent] = info
+        _check(s, child, slot, now, work)
+        return
     done = s.runs.get(rid)
     if done is not None:
         # Decided already (a run, or a record): keep the report with an upstream record, for rearm.
@@ -635,7 +649,38 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
     j["got"][parent] = info
     if bf is not None:
         j["bf"] = bf
+    if downstream is not None:
+        j["downstream"] = downstream  # (the run it makes carries it on: its children ran, maybe)
     _check(s, child, slot, now, work)
+
+
+def _rerun_join(s: SchedulerState, child: Record, slot: int, parent: str, downstream: Any, now: int) -> bool:
+    """Open a join of ``child``'s ``slot`` for a rerun (``"rerun"``: the rerun's ``downstream``,
+    which the run it makes carries on) when the child ran for the slot already (its run ended,
+    or a record stands for it) and nothing of it is still to come: the join starts with its
+    other parents' newest outcomes of the slot, and completed makes a new run of the slot
+    (``_create``); a decision not to run drops it, and the child's earlier run stands
+    (``_decide``). Not for a paused child, a heartbeat job, another tenant's than ``downstream``
+    allows, a slot inside a recorded range, or one the child never had. :returns: whether it opened it."""
+    c = child["name"]
+    spec = child["spec"]
+    if child["paused"] or spec["executor"]["type"] == "heartbeat" \
+            or (downstream is not True and spec["tenant"] not in downstream):
+        return False
+    if len(s.pipes.joins.get(c, ())) >= limits.joins_per_child_max:
+        return False  # (its slots waiting are at the bound: a rerun never decides one of them)
+    entries = slot_entries(s, c, slot)
+    if not entries or any(x["state"] in UNFINISHED or "slot_to" in x for x in entries):
+        return False
+    got: dict[str, list[Any]] = {}
+    for e in spec["after"]:
+        p = e["job"]
+        if p != parent and p in s.jobs:
+            x = _slot_outcome(s, p, slot)
+            if x is not None:
+                got[p] = x
+    s.pipes.joins.setdefault(c, {})[slot] = {"got": got, "own": True, "since": now, "rerun": downstream}
+    return True
 
 
 def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int, rec: Record, now: int,
@@ -880,7 +925,8 @@ def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
         if bf is not None and bf["state"] == "cancelled" and work is not None:
             _cancelled(s, child, slot, j["got"], bf_id, now, work)
             return
-    _create(s, child, slot, j["got"], now, work, held=j.get("held", False))
+    _create(s, child, slot, j["got"], now, work, held=j.get("held", False), rerun=j.get("rerun"),
+            downstream=j.get("downstream"))
 
 
 def _ran_by_hand(s: SchedulerState, c: str, slot: int) -> bool:
@@ -900,13 +946,19 @@ def _ran_by_hand(s: SchedulerState, c: str, slot: int) -> bool:
 
 
 def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
-            work: list[tuple[Record, int]] | None, bf: Record | None = None, held: bool = False) -> Record | None:
+            work: list[tuple[Record, int]] | None, bf: Record | None = None, held: bool = False,
+            rerun: Any = None, downstream: Any = None) -> Record | None:
     """Child ``child``'s run for ``slot`` (or its record: paused, overlap, a full queue, which
     reaches its own children through ``work``, or at once without one); ``bf``: made by that
     backfill's step (a held child released). A paused child's own slot (a gated job's) whose
     join its pause marked ``held``, or whose slot is still to come, is made held, as the pause
-    holds the runs it fired ahead (notify.pause). :returns: the run when it was queued."""
+    holds the runs it fired ahead (notify.pause). ``rerun`` (a rerun's join, _rerun_join: its
+    ``downstream``): the slot ran, and runs again as a run by hand of it (``manual_slot_id``,
+    kind ``manual``) that propagates and carries the rerun on; ``downstream``: a run made
+    otherwise carries it on. :returns: the run when it was queued."""
     c = child["name"]
+    if rerun is not None:
+        return _create_rerun(s, child, slot, got, now, work, rerun)
     rid = f"{c}@{slot}"
     if rid in s.runs or _ran_by_hand(s, c, slot):
         # The slot has its run already (a trigger of the job for that slot: NAME@SLOT, or
@@ -951,7 +1003,36 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
     if bf is not None:
         run["backfill"] = bf["id"]
         run["propagate"] = True  # its own children follow under the same backfill
+    if downstream is not None and run["state"] == "queued":
+        run["downstream"] = downstream
     return run if run["state"] == "queued" else None
+
+
+def _create_rerun(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
+                  work: list[tuple[Record, int]] | None, downstream: Any) -> Record | None:
+    """A child's slot run again below a rerun (_create's ``rerun``): as its run by hand with the
+    slot would be (an id of its own, kind ``manual``, no start deadline: asked for), its
+    parents' outcomes its ``upstream``, propagating and carrying ``downstream`` on; recorded
+    instead when its overlap policy or its full queue says so (a record of that id, which
+    reaches its own children)."""
+    c = child["name"]
+    rid = manual_slot_id(s, c, slot)
+    blocked = fire.overlap(s, child, rid, now)
+    if blocked is not None:
+        entry = fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",
+                                          "kind": "recorded", "fired_at": now})
+        child["stats"][RECORDED] += 1
+        on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)
+        _cascade(s, entry, now, work)
+        return None
+    run = fire.new_run(s, child, slot, now, rid, "manual")  # (due at its slot: past, so now)
+    if run["state"] != "queued":  # (a full queue's record, which new_run told the children of)
+        return None
+    run["upstream"] = upstream_of(got)
+    run["propagate"] = True
+    run["downstream"] = downstream
+    return run
 
 
 # ------------------------------------------------------------------ a backfill's cascade (held children)
@@ -1102,6 +1183,8 @@ def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: in
     j = joins.pop(slot, None)
     if not joins:
         s.pipes.joins.pop(c, None)
+    if j is not None and j.get("rerun") is not None:
+        return  # a rerun not made (its parent failed, say): the child's earlier run of the slot stands
     child = s.jobs.get(c)
     rid = f"{c}@{slot}"
     if child is None or rid in s.runs or ("schedule" in child["spec"] and not (j is not None and j["own"])):
@@ -1594,6 +1677,34 @@ def _parent_run(s: SchedulerState, p: str, slot: int) -> Record | None:
         return r
     again = _unfinished_rerun(s, p, slot, _PARENT_RUN_SCAN)
     return r if again is None else again
+
+
+def slot_entries(s: SchedulerState, name: str, slot: int) -> list[Record]:
+    """Job ``name``'s entries of ``slot`` in its history, oldest first: its own ``NAME@S`` and
+    the runs of it by hand, a cascade's reruns and a backfill's (``NAME@S#...``). One pass over
+    the job's history (bounded by its ``history``)."""
+    base = f"{name}@{slot}"
+    again = base + "#"
+    runs = s.runs
+    out = []
+    for rid in s.history.get(name, ()):
+        if rid == base or rid.startswith(again):
+            x = runs.get(rid)
+            if x is not None:
+                out.append(x)
+    return out
+
+
+def manual_slot_id(s: SchedulerState, name: str, slot: int) -> str:
+    """The id of a new run of job ``name``'s ``slot`` made by hand (a trigger with the slot, a
+    cascade's rerun): ``NAME@S`` when no entry has it, else ``NAME@S#manual``, else
+    ``NAME@S#manual-N`` (N the state's manual counter)."""
+    base = f"{name}@{slot}"
+    rid = base if base not in s.runs else base + "#manual"
+    if rid in s.runs:
+        s.manual_seq += 1
+        rid = f"{base}#manual-{s.manual_seq}"
+    return rid
 
 
 def _rerun_ids(p: str, slot: int) -> tuple[str, str]:

@@ -632,7 +632,8 @@ async def trigger_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     body = await optional_json_body(request)
     if body is not None:  # a payload override or a slot: node/backfills.py
-        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], body, rid(request))
+        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], body, rid(request),
+                                                            tenants_of(request))
         return json_response(body, status=status)
     return json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
 

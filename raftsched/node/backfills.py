@@ -278,11 +278,15 @@ class BackfillService:
         out = [self._waits(bf, backfill_view(bf)) for bf in self.svc.read(backfill_plan.views, kind, job, state, tenants)]
         return {"backfills": out}
 
-    async def trigger(self, name: str, body, rid: str | None) -> tuple[int, dict]:
-        """``POST /v1/jobs/{name}/trigger`` with a body: a ``payload`` override, a ``slot``. 201 for
-        a new run; 200 with the slot's existing run (``created`` False)."""
+    async def trigger(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> tuple[int, dict]:
+        """``POST /v1/jobs/{name}/trigger`` with a body: a ``payload`` override, a ``slot`` (and
+        ``rerun``, ``downstream``). 201 for a new run; 200 with the slot's existing run
+        (``created`` False), with a warning when it ended and the request did not ask for a
+        rerun. A token limited to ``tenants`` reruns downstream their children only."""
         check_name(name)
         t = backfill_model.validate_trigger(body)
+        if t.get("downstream") and tenants is not None:
+            t["downstream"] = sorted(tenants)  # (apply reruns the children of these tenants only)
         if "slot" in t or "payload" in t:
             job = self.svc.read(queries.job, name)
             if job is None:
@@ -300,7 +304,17 @@ class BackfillService:
         res = await self.svc.propose(commands.trigger_job(self.svc.clock.now_ms(), rid or new_request_id(),
                                                           name=name, extra=t))
         body = {"job": name, "run": res["run"], "state": res["state"], "created": res.get("created", True)}
-        return (201 if body["created"] else 200), self.svc.with_upstream_warning(name, res["run"], self.svc._out(res, body))
+        body = self.svc.with_upstream_warning(name, res["run"], self.svc._out(res, body))
+        if not body["created"] and not t.get("rerun") and body["state"] in ("succeeded", "failed", "dead"):
+            # The slot's run ended: a trigger of the slot finds it and runs nothing (a walk took
+            # the 200 for a rerun that never came).
+            how = (f"requeue it (POST /v1/dlq/{res['run']}/requeue) to run it again, its children with it"
+                   if body["state"] == "dead" else
+                   "send rerun (raftsched trigger --rerun) to run the slot again, and downstream to run "
+                   "again the jobs after it that ran for it")
+            body.setdefault("warnings", []).append(f"slot {schedule.iso(t['slot'])} has its run {res['run']}, which "
+                                                   f"ended {body['state']}: nothing new runs; {how}")
+        return (201 if body["created"] else 200), body
 
 
 # ------------------------------------------------------------------ the leader's stepper

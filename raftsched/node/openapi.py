@@ -298,7 +298,11 @@ def _bodies() -> dict[str, Schema]:
                                        "queued; after: the next of the answer before (where to go on)"),
         "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME),
                          "propagate": {"type": "boolean", "description": "its outcome reaches the job's children "
-                                       "(pipelines)"}}),
+                                       "(pipelines)"},
+                         "rerun": {"type": "boolean", "description": "with slot: run the slot again though its run "
+                                   "ended (not a dead one: requeue that)"},
+                         "downstream": {"type": "boolean", "description": "with rerun: the jobs after it that ran "
+                                        "for the slot run again after it, down the graph (propagate implied)"}}),
         "explain": {"oneOf": [_obj({"down_from": TIME, "down_to": TIME}, ("down_from", "down_to")),
                               _obj({"slot": TIME}, ("slot",))],
                     "description": "an outage window, or one slot (why it met or missed its deadline)"},

@@ -1,0 +1,206 @@
+"""A slot run again by hand (``trigger_job`` with ``rerun``) and what ran below it run again too
+(``downstream``: Airflow's "clear downstream"), core/backfills.py trigger_job_with and
+core/pipelines.py (_rerun_join, _create_rerun). Driven through apply as a replica applies it:
+no clock, no network.
+
+What it promises: a slot whose run ended runs again under an id of its own (``NAME@S#manual``,
+then ``#manual-N``), never while a run of the slot is still going, never over a dead run (its
+place is the dead-letter queue); with ``downstream`` each child that ran for the slot runs again
+once its parents' newest outcomes of the slot allow it, with those outcomes as its upstream, and
+its children after it, down the graph; a rerun that fails runs nothing below it and leaves the
+earlier runs standing; a paused child, or another tenant's for a limited token, is left as it
+is; replicas restored from a snapshot hold the same.
+"""
+from __future__ import annotations
+
+import pytest
+
+from raftsched.core import commands
+
+from core_helpers import refused, restored
+from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, tick
+
+S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
+
+
+def trigger(s, now, name, **extra):
+    return apply(s, commands.trigger_job(now, None, name=name, extra=extra))
+
+
+def ran_chain(*children):
+    """a every 10 s, and children (name, after) that all ran and succeeded for S1."""
+    s = chain_state(("a", job_raw(every_s=10)), *((c, job_raw(after=after)) for c, after in children))
+    tick(s, S1)
+    now = S1
+    while True:
+        grants = lease(s, now)
+        if not grants:
+            return s, now
+        for g in grants:
+            now += 1
+            finish(s, g, now, True)
+
+
+def drive(s, now, outcome=lambda g: True):
+    """Lease and finish whatever is due, until nothing is: the ids run, in order."""
+    done = []
+    while True:
+        grants = lease(s, now)
+        if not grants:
+            return done, now
+        for g in grants:
+            now += 1
+            finish(s, g, now, outcome(g))
+            done.append(g["id"])
+
+
+def test_a_slot_whose_run_ended_runs_again_only_when_asked():
+    s, now = ran_chain()
+    plain = trigger(s, now + 1, "a", slot=S1)
+    assert plain["created"] is False and plain["run"] == f"a@{S1}"  # deduplicated, as ever
+    again = trigger(s, now + 2, "a", slot=S1, rerun=True)
+    assert again["created"] is True and again["run"] == f"a@{S1}#manual", again
+    # While it has not ended, the slot does not run a third time: the answer is that run.
+    assert trigger(s, now + 3, "a", slot=S1, rerun=True) == {**again, "created": False}
+    done, now = drive(s, now + 4)
+    assert done == [f"a@{S1}#manual"]
+    third = trigger(s, now + 1, "a", slot=S1, rerun=True)
+    assert third["created"] and third["run"].startswith(f"a@{S1}#manual-"), third
+    assert s.runs[third["run"]]["kind"] == "manual" and s.runs[third["run"]]["slot"] == S1
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_dead_slot_is_not_run_again_by_hand_but_requeued():
+    s = chain_state(("a", job_raw(every_s=10)))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1 + 1, False)
+    assert s.runs[f"a@{S1}"]["state"] == "dead"
+    e = refused(s, commands.trigger_job(S1 + 2, None, name="a", extra={"slot": S1, "rerun": True}), "conflict")["error"]
+    assert e["field"] == "rerun" and f"/v1/dlq/a@{S1}/requeue" in e["message"] and e["run"] == f"a@{S1}", e
+
+
+@pytest.mark.parametrize("extra,why", [
+    ({"rerun": True}, "needs a slot"),
+    ({"slot": S1, "rerun": "yes"}, "boolean"),
+    ({"slot": S1, "rerun": True, "downstream": True}, "with rerun and propagate"),
+    ({"slot": S1, "propagate": True, "downstream": True}, "with rerun and propagate"),
+    ({"slot": S1, "rerun": True, "propagate": True, "downstream": "all"}, "true or a list"),
+    ({"slot": S1, "rerun": True, "propagate": True, "downstream": [1]}, "true or a list"),
+])
+def test_a_malformed_rerun_is_refused_changing_nothing(extra, why):
+    s, now = ran_chain(("b", ["a"]))
+    e = refused(s, commands.trigger_job(now + 1, None, name="a", extra=extra), "invalid_command")["error"]
+    assert why in e["message"], e  # (refused: the state is as it was)
+
+
+def test_a_failed_slot_rerun_with_propagate_decides_its_children_again():
+    """A cancelled run is failed for good (no retry, no dead-letter queue): a rerun is how it runs
+    again, and with propagate its children, which recorded the failure, run after it."""
+    s = chain_state(("a", job_raw(every_s=10, retry={"max_attempts": 3, "backoff_s": 0})),
+                    ("b", job_raw(after=["a"])))
+    tick(s, S1)
+    lease(s, S1)
+    apply(s, commands.cancel_run(S1 + 1, None, run=f"a@{S1}"))
+    assert s.runs[f"b@{S1}"]["reason"] == "upstream_failed"
+    made = trigger(s, S1 + 2, "a", slot=S1, rerun=True, propagate=True)
+    done, _ = drive(s, S1 + 3)
+    assert done == [made["run"], f"b@{S1}"]
+    assert s.runs[f"b@{S1}"]["upstream"][0]["run"] == made["run"]
+
+
+def test_downstream_runs_again_what_ran_below_the_slot_down_the_graph():
+    s, now = ran_chain(("b", ["a"]), ("c", ["b"]), ("other", ["a"]))
+    tokens = {j: s.runs[f"{j}@{S1}"]["fencing_token"] for j in ("a", "b", "c", "other")}
+    made = trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    assert s.runs[made["run"]]["downstream"] is True
+    done, now = drive(s, now + 2)
+    assert done == [f"a@{S1}#manual", f"b@{S1}#manual", f"other@{S1}#manual", f"c@{S1}#manual"], done
+    for j in ("b", "c", "other"):
+        r = s.runs[f"{j}@{S1}#manual"]
+        assert (r["state"], r["kind"], r["slot"], r["downstream"]) == ("succeeded", "manual", S1, True), r
+        assert s.runs[f"{j}@{S1}"]["fencing_token"] == tokens[j]  # the earlier run stands as it was
+    assert s.runs[f"c@{S1}#manual"]["upstream"][0]["run"] == f"b@{S1}#manual"
+    assert not s.pipes.joins
+    assert restored(s).snapshot() == s.snapshot()
+    # Without downstream, a rerun runs the slot alone: its children ran for it already.
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True)
+    done, _ = drive(s, now + 2)
+    assert len(done) == 1 and done[0].startswith(f"a@{S1}#manual-")
+
+
+def test_a_rerun_that_fails_runs_nothing_below_it_and_leaves_what_ran():
+    s, now = ran_chain(("b", ["a"]), ("c", ["b"]))
+    before = {rid: dict(r) for rid, r in s.runs.items() if not rid.startswith("a@")}
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    done, _ = drive(s, now + 2, outcome=lambda g: False)
+    assert done == [f"a@{S1}#manual"]
+    assert {rid: r for rid, r in s.runs.items() if not rid.startswith("a@")} == before
+    assert not s.pipes.joins
+
+
+def test_a_diamond_reruns_its_join_once_with_both_parents_newest_outcomes():
+    s, now = ran_chain(("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]))
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    done, _ = drive(s, now + 2)
+    assert sorted(done) == sorted([f"a@{S1}#manual", f"b@{S1}#manual", f"c@{S1}#manual", f"d@{S1}#manual"])
+    assert done[-1] == f"d@{S1}#manual"
+    assert [u["run"] for u in s.runs[f"d@{S1}#manual"]["upstream"]] == [f"b@{S1}#manual", f"c@{S1}#manual"]
+
+
+def test_a_rerun_join_waits_for_another_parents_rerun_and_a_child_with_a_failed_edge_stays():
+    """d runs after b and c; only b is below the rerun of a: d reruns with c's outcome it had. A
+    child whose edge the new outcome fails (on: failure, a succeeded parent) is not run again."""
+    s = chain_state(("a", job_raw(every_s=10)), ("c", job_raw(every_s=10)), ("b", job_raw(after=["a"])),
+                    ("d", job_raw(after=["b", "c"])), ("cleanup", job_raw(after=[{"job": "a", "on": "failure"}])))
+    tick(s, S1)
+    done, now = drive(s, S1)
+    assert f"d@{S1}" in done and s.runs[f"cleanup@{S1}"]["reason"] == "upstream_succeeded"
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    done, _ = drive(s, now + 2)
+    assert done == [f"a@{S1}#manual", f"b@{S1}#manual", f"d@{S1}#manual"], done
+    assert [u["run"] for u in s.runs[f"d@{S1}#manual"]["upstream"]] == [f"b@{S1}#manual", f"c@{S1}"]
+    assert s.runs[f"cleanup@{S1}"]["reason"] == "upstream_succeeded" and not s.pipes.joins
+
+
+def test_a_paused_child_and_another_tenants_are_left_as_they_are():
+    s = chain_state(("a", job_raw(every_s=10, tenant="t1")), ("b", job_raw(after=["a"], tenant="t1")),
+                    ("theirs", job_raw(after=["a"], tenant="t2")), ("held", job_raw(after=["a"], tenant="t1")))
+    tick(s, S1)
+    _, now = drive(s, S1)
+    apply(s, commands.pause_job(now + 1, None, name="held"))
+    trigger(s, now + 2, "a", slot=S1, rerun=True, propagate=True, downstream=["t1"])
+    done, _ = drive(s, now + 3)
+    assert done == [f"a@{S1}#manual", f"b@{S1}#manual"], done
+    assert not s.pipes.joins
+
+
+def test_a_child_that_never_ran_for_the_slot_runs_as_its_slots_run_and_carries_the_rerun_on():
+    """a's run was cancelled: b recorded the slot upstream_failed, c upstream_missed below it; c ran
+    by hand for the slot since. The rerun of a takes b's record back (as a requeue does): b runs
+    as b@S and, carrying downstream, c runs again after it."""
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    tick(s, S1)
+    lease(s, S1)
+    apply(s, commands.cancel_run(S1 + 1, None, run=f"a@{S1}"))
+    assert s.runs[f"c@{S1}"]["reason"] == "upstream_missed"
+    trigger(s, S1 + 2, "c", slot=S1)  # c by hand for the slot: c@S1#manual
+    done, now = drive(s, S1 + 3)
+    assert done == [f"c@{S1}#manual"]
+    made = trigger(s, now + 2, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    assert made["run"] == f"a@{S1}#manual", made
+    done, _ = drive(s, now + 3)
+    assert done[:2] == [f"a@{S1}#manual", f"b@{S1}"] and done[2].startswith(f"c@{S1}#manual-"), done
+    assert s.runs[f"b@{S1}"]["downstream"] is True and s.runs[done[2]]["upstream"][0]["run"] == f"b@{S1}"
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_rerun_is_the_same_on_a_replica_restored_midway():
+    s, now = ran_chain(("b", ["a"]), ("c", ["b"]))
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    g = lease(s, now + 2)[0]
+    finish(s, g, now + 3, True)  # b's rerun is queued, c's to come
+    twin = restored(s)
+    for replica in (s, twin):
+        done, _ = drive(replica, now + 4)
+        assert done == [f"b@{S1}#manual", f"c@{S1}#manual"]
+    assert twin.snapshot() == s.snapshot()
