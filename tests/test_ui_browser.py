@@ -146,6 +146,11 @@ def test_the_dashboard_in_a_browser(cluster, browser):
              10, "the run cancelled")
     assert page.wait_for_selector("#run-why").inner_text() == "cancelled: cancelled by request: no worker has that pool"
     page.wait_for_selector("#banner:not([hidden]):has-text('cancelled: queued -> skipped')")
+    # The slot run again from the same page (its run ended: skipped): a new run by hand of it.
+    page.once("dialog", lambda d: d.accept())
+    page.click("button[data-action='run again']")
+    page.wait_for_selector(f"#banner:not([hidden]):has-text('{queued}#manual queued')")
+    assert http("GET", url + "/v1/runs/" + quote(queued + "#manual", safe=""), None, token)[1]["kind"] == "manual"
     # Its backlog at once, from the job's page: two runs by hand, both queued (no worker has the pool).
     backlog = [http("POST", cluster.url(leader) + "/v1/jobs/ui-late/trigger", None, token)[1]["run"] for _ in range(2)]
     page.goto(url + "/ui/#/job/ui-late")

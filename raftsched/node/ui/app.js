@@ -454,9 +454,22 @@ pages.run = {
       const res = await api("POST", `/v1/runs/${encodeURIComponent(r.id)}/cancel`, reason ? { reason } : undefined);
       return `${r.id} cancelled: ${res.was} -> ${res.state}`;
     }, true) : null;
+    // A slot whose run ended runs again (trigger with rerun, propagating: the jobs after it
+    // decide the slot again; "with downstream": those that ran for it run again too). A dead run
+    // is requeued from the dead-letter queue instead; a run by hand at a time of its own
+    // (NAME@T!manual-N) has no slot to run again.
+    const ended = ["succeeded", "failed", "skipped", "coalesced"].includes(r.state) && !r.id.includes("!manual");
+    const again = (downstream) => action(downstream ? "run again with downstream" : "run again", "jobs.write",
+      `Run ${r.job}'s slot ${r.slot} again` + (downstream ? ", and the jobs after it that ran for it, after it?" : "?"),
+      async () => {
+        const res = await api("POST", `/v1/jobs/${encodeURIComponent(r.job)}/trigger`,
+          { slot: r.slot, rerun: true, propagate: true, ...(downstream ? { downstream: true } : {}) });
+        return res.created ? `${res.run} queued` : `${res.run} is still ${res.state}: the slot runs once at a time`;
+      });
+    const rerun = ended ? [again(false), " ", again(true)] : null;
     area.replaceChildren(h("h1", {}, "Run ", r.id), h("p", {}, pill(r.state), " job ",
       h("a", { href: "#/job/" + encodeURIComponent(r.job) }, r.job), ` · slot ${r.slot} · attempt ${fmt(r.attempt)}`,
-      cancel ? [" ", cancel] : null),
+      cancel ? [" ", cancel] : null, rerun ? [" ", ...rerun] : null),
     r.error || r.reason ? h("p", { id: "run-why" }, [r.reason, r.error].filter(Boolean).join(": ")) : null,
     h("h2", {}, "Output (its tail)"), h("pre", { id: "output" }, out.length > 4000 ? "…" + out.slice(-4000) : out || "(none)"),
     h("h2", {}, "Attempts"), h("pre", {}, JSON.stringify(r.attempts || [], null, 2)));
