@@ -435,6 +435,10 @@ def test_a_slot_whose_run_ended_runs_again_with_rerun_and_a_plain_trigger_says_h
         slot = schedule.iso(env.clock.now_ms() - 60_000)  # a slot of its parent's: any, for a triggered job
         r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": slot}))
         first = (await r.json())["run"]
+        # The readable form of its id (what waiting_for shows: the slot as an ISO time) finds it too.
+        from urllib.parse import quote
+        r = await c.get("/v1/runs/" + quote(f"b@{slot}", safe=""))
+        assert r.status == 200 and (await r.json())["id"] == first, await r.text()
         now = env.clock.now_ms()
         g = env.state.apply(commands.acquire(now, worker="w", queues=None, max=1, ttl=30_000, types=None))["runs"][0]
         env.state.apply(commands.complete_many(now, None, worker="w", results=[

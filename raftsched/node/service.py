@@ -13,6 +13,7 @@ import hashlib
 import json
 import ipaddress
 import logging
+import re
 import uuid
 from urllib.parse import urlsplit
 
@@ -64,6 +65,25 @@ def _preview_spec(raw, count: int, now: int, name: str | None = None, after_ms: 
 
 #: The job name POST /v1/preview validates a spec under when it is given none.
 PREVIEW_NAME = "preview"
+
+
+#: A run id's slot written as an ISO time (what waiting_for and explain show: ``NAME@2026-12-02T02:00:00Z``,
+#: ``...Z!manual-3``), not its milliseconds.
+_ISO_IN_ID = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})")
+
+
+def run_id_of(run_id: str) -> str:
+    """``run_id`` with a slot written as an ISO time (the readable form the waiting texts show)
+    turned into the milliseconds every run id holds; any other id as it is."""
+    name, at, rest = run_id.partition("@")
+    m = _ISO_IN_ID.match(rest) if at else None
+    if m is None:
+        return run_id
+    try:
+        ms = schedule.parse_iso_ms(m.group(0), "run")
+    except InvalidSpec:
+        return run_id
+    return f"{name}@{ms}{rest[m.end():]}"
 
 
 class Service:
@@ -1380,6 +1400,7 @@ class Service:
         return out
 
     def get_run(self, run_id: str) -> dict:
+        run_id = run_id_of(run_id)
         run = self.read(queries.run, run_id)
         if run is None:  # an instant inside a recorded range answers the range (its id, its first slot)
             run = self.read(queries.covering_record, run_id)
