@@ -71,3 +71,20 @@ def test_explain_of_an_instant_inside_a_recorded_range_that_is_no_slot_says_so()
         assert body["why"].startswith("no slot of the job's schedule falls at that instant"), body
         assert "it falls inside" in body["why"] and "skipped (misfire)" in body["why"], body
     run(t)
+
+
+def test_explain_of_a_slot_of_a_job_without_a_deadline_says_it_plainly():
+    """A walk asked explain about a slot of a job with no deadline whose run had ended: the answer
+    guessed three ways (no deadline then, not fired, given up)."""
+    async def t(env, c):
+        spec = {"schedule": {"every_s": 10}, "executor": {"type": "shell", "argv": ["true"]},
+                "misfire": {"policy": "fire_all"}}
+        assert (await put(c, "plain", spec)).status == 201
+        env.clock.advance(10_000)
+        assert await env.trigger.tick() >= 1
+        (first,) = [x for x in (await (await c.get("/v1/jobs/plain/runs")).json())["runs"]
+                    if x["slot_ms"] <= env.clock.now_ms()]
+        body = await (await c.post("/v1/jobs/plain/explain", data=json.dumps({"slot": first["slot"]}))).json()
+        assert body["why"] == f"the job has no deadline: none of its slots is judged (PUT it with deadline, " \
+                              f"docs/notifications.md); its run {first['id']} is queued", body
+    run(t)

@@ -1279,6 +1279,10 @@ class Service:
                           + (f"; {near}" if near is not None else ""))
         elif run is None and near is not None:
             out["why"] = near
+        elif (job := self.read(queries.job, name)) is not None and "deadline" not in job["spec"]:
+            # (a walk read the three-way guess below for a job that plainly has none)
+            out["why"] = ("the job has no deadline: none of its slots is judged (PUT it with deadline, "
+                          "docs/notifications.md)" + ("" if run is None else f"; its run {run['id']} is {run['state']}"))
         else:
             out["why"] = ("the slot has no deadline record: the job had no deadline when it fired, the slot "
                           "has not fired, or its record was given up (limits.deadlines_kept_max)")
