@@ -61,6 +61,17 @@ def test_explain_gives_a_waiting_slot_as_every_answer_does():
         assert ex.status == 200
         (w,) = (await ex.json())["waiting"]
         assert w["slot"] == schedule.iso(slot) and w["slot_ms"] == slot and w["run"] == f"b@{slot}", w
+        # A run of a by hand with propagate, queued: b's slot of its instant waits for it, in
+        # explain as in the run's view (a walk: the view said waiting, explain listed nothing).
+        env.clock.advance(1_000)
+        manual = await (await c.post("/v1/jobs/a/trigger", data=json.dumps({"propagate": True}))).json()
+        at = env.state.runs[manual["run"]]["slot"]
+        ex = await (await c.post("/v1/jobs/b/explain", data=json.dumps({"down_from": "2026-01-01T00:00:00Z",
+                                                                       "down_to": "2026-01-01T01:00:00Z"}))).json()
+        listed = {x["slot_ms"]: x for x in ex["waiting"]}
+        assert at in listed and listed[at]["waiting_on"][0]["run"] == manual["run"], ex["waiting"]
+        view = await (await c.get(f"/v1/runs/b@{at}")).json()
+        assert view["state"] == "waiting" and view["waiting_for"] == listed[at]["waiting_for"], view
     run(body)
 
 

@@ -1936,12 +1936,21 @@ def pending(s: SchedulerState, name: str, n: int) -> list[Record]:
     job = s.jobs.get(name)
     if job is not None and "after" in job["spec"] and "schedule" not in job["spec"]:
         # A triggered child's slots no parent has reported yet (no join): those of its parents'
-        # own scheduled runs still unfinished (the newest of each, as the leader's sweep reads them).
+        # own scheduled runs still unfinished (the newest of each, as the leader's sweep reads them),
+        # and of their runs by hand with propagate (or a backfill's) still unfinished, which
+        # GET /v1/runs/{id} shows waiting too (a walk found explain listing none of those).
+        c = job["name"]
         for e in job["spec"]["after"]:
             for rid in itertools.islice(reversed(s.history.get(e["job"]) or ()), _UNREPORTED_SCAN):
                 run = s.runs[rid]
-                if _starts_wait_at_slot(e["job"], run) and _waits_unreported(s, job, run["slot"]):
-                    slots.add(run["slot"])
+                slot = run["slot"]
+                if _starts_wait_at_slot(e["job"], run):
+                    if _waits_unreported(s, job, slot):
+                        slots.add(slot)
+                elif run["state"] in UNFINISHED and propagates(run) and "slot_to" not in run \
+                        and f"{c}@{slot}" not in s.runs and _held_by(s, f"{c}@{slot}") is None \
+                        and not _in_range_record(s, c, slot):
+                    slots.add(slot)
     for slot in sorted(slots)[:n]:
         on = waiting_for(s, name, slot)
         out.append({"slot": slot, "run": f"{name}@{slot}", "waiting_on": on, "waiting_for": waiting_text(on)})
