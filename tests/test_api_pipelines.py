@@ -504,4 +504,5 @@ def test_a_limited_tokens_downstream_rerun_reaches_its_tenants_children_only():
         assert env.state.runs[b["run"]]["downstream"] == ["acme"], env.state.runs[b["run"]]
         s, b = await call(c, "POST", "/v1/jobs/a/trigger", body={"slot": slot, "rerun": True, "downstream": True})
         assert s == 200 and not b["created"], b  # (the slot's rerun is still going: that run)
+        assert "still going" in b["warnings"][-1] and "nor below it" in b["warnings"][-1], b
     auth_run(body)

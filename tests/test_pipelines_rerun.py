@@ -18,7 +18,7 @@ import pytest
 from raftsched.core import commands
 
 from core_helpers import refused, restored
-from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, tick
+from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
 
 S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
 
@@ -117,7 +117,7 @@ def test_downstream_runs_again_what_ran_below_the_slot_down_the_graph():
     assert done == [f"a@{S1}#manual", f"b@{S1}#manual", f"other@{S1}#manual", f"c@{S1}#manual"], done
     for j in ("b", "c", "other"):
         r = s.runs[f"{j}@{S1}#manual"]
-        assert (r["state"], r["kind"], r["slot"], r["downstream"]) == ("succeeded", "manual", S1, True), r
+        assert (r["state"], r["kind"], r["slot"], r["propagate"]) == ("succeeded", "manual", S1, True), r
         assert s.runs[f"{j}@{S1}"]["fencing_token"] == tokens[j]  # the earlier run stands as it was
     assert s.runs[f"c@{S1}#manual"]["upstream"][0]["run"] == f"b@{S1}#manual"
     assert not s.pipes.joins
@@ -190,7 +190,7 @@ def test_a_child_that_never_ran_for_the_slot_runs_as_its_slots_run_and_carries_t
     assert made["run"] == f"a@{S1}#manual", made
     done, _ = drive(s, now + 3)
     assert done[:2] == [f"a@{S1}#manual", f"b@{S1}"] and done[2].startswith(f"c@{S1}#manual-"), done
-    assert s.runs[f"b@{S1}"]["downstream"] is True and s.runs[done[2]]["upstream"][0]["run"] == f"b@{S1}"
+    assert s.runs[done[2]]["upstream"][0]["run"] == f"b@{S1}"
     assert restored(s).snapshot() == s.snapshot()
 
 
@@ -204,3 +204,117 @@ def test_a_rerun_is_the_same_on_a_replica_restored_midway():
         done, _ = drive(replica, now + 4)
         assert done == [f"b@{S1}#manual", f"c@{S1}#manual"]
     assert twin.snapshot() == s.snapshot()
+
+
+def diamond(gated=False, **more):
+    """a -> {b, c} -> d, every job ran for S1; then a's slot rerun with downstream, a's rerun done
+    and b's and c's leased: (state, now, {id: grant})."""
+    d = job_raw(after=["b", "c"], every_s=10) if gated else job_raw(after=["b", "c"])
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["a"])),
+                    ("d", d), *more.items())
+    tick(s, S1)
+    _, now = drive(s, S1)
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    finish(s, lease(s, now + 2)[0], now + 3, True)
+    return s, now + 4, {g["id"]: g for g in lease(s, now + 4)}
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_join_below_the_rerun_waits_for_every_parent_the_rerun_reaches(gated):
+    """A review: d ran again on c's earlier outcome once b's rerun ended (a gated d read c's
+    earlier run at once; a triggered d below branches of other lengths took the shorter's)."""
+    s, now, g = diamond(gated)
+    finish(s, g[f"b@{S1}#manual"], now + 1, True)
+    assert f"d@{S1}#manual" not in s.runs and s.pipes.joins["d"][S1]["fresh"] == ["b"]
+    finish(s, g[f"c@{S1}#manual"], now + 2, True)
+    assert [u["run"] for u in s.runs[f"d@{S1}#manual"]["upstream"]] == [f"b@{S1}#manual", f"c@{S1}#manual"]
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_branches_of_other_lengths_meet_once_on_the_new_outcomes():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c1", job_raw(after=["a"])),
+                    ("c2", job_raw(after=["c1"])), ("d", job_raw(after=["b", "c2"])))
+    tick(s, S1)
+    _, now = drive(s, S1)
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    done, _ = drive(s, now + 2)
+    assert [r for r in done if r.startswith("d@")] == [f"d@{S1}#manual"] and done[-1] == f"d@{S1}#manual", done
+    assert [u["run"] for u in s.runs[f"d@{S1}#manual"]["upstream"]] == [f"b@{S1}#manual", f"c2@{S1}#manual"]
+
+
+def test_a_branch_not_run_again_lets_the_join_run_on_its_earlier_outcome_and_none_runs_on_none_new():
+    """c's rerun fails: d (after b and c, on success) is not run again, nor e below c; the earlier
+    runs stand. c paused while its rerun waited: c is not run again, and d runs on b's new
+    outcome and c's earlier one (released to it). Below a job not run again only, nothing runs
+    again on earlier outcomes alone."""
+    s, now, g = diamond()
+    apply(s, commands.pause_job(now, None, name="c"))
+    cancel = g[f"c@{S1}#manual"]  # (leased before the pause: it runs on, and is cancelled)
+    apply(s, commands.cancel_run(now + 1, None, run=cancel["id"]))
+    finish(s, g[f"b@{S1}#manual"], now + 2, True)
+    assert f"d@{S1}#manual" not in s.runs and not s.pipes.joins  # (c's cancelled rerun failed d's edge)
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c0", job_raw(after=["a"])),
+                    ("c", job_raw(after=["c0"])), ("d", job_raw(after=["b", "c"])))
+    tick(s, S1)
+    _, now = drive(s, S1)
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    finish(s, lease(s, now + 2)[0], now + 3, True)
+    g = {x["id"]: x for x in lease(s, now + 4)}
+    apply(s, commands.pause_job(now + 5, None, name="c"))  # c waits for c0's rerun: paused meanwhile
+    finish(s, g[f"c0@{S1}#manual"], now + 6, True)
+    assert f"c@{S1}#manual" not in s.runs
+    finish(s, g[f"b@{S1}#manual"], now + 7, True)
+    assert [u["run"] for u in s.runs[f"d@{S1}#manual"]["upstream"]] == [f"b@{S1}#manual", f"c@{S1}"]
+    s, now, g = diamond(e=job_raw(after=["c"]))
+    finish(s, g[f"b@{S1}#manual"], now + 1, True)
+    finish(s, g[f"c@{S1}#manual"], now + 2, False)
+    assert f"d@{S1}#manual" not in s.runs and not s.pipes.joins
+    assert s.runs[f"d@{S1}"]["state"] == "succeeded" and f"e@{S1}#manual" not in s.runs
+    # A chain whose middle job is paused: what is below it does not run again on earlier outcomes.
+    s = chain_state(("a", job_raw(every_s=10)), ("p", job_raw(after=["a"])), ("q", job_raw(after=["p"])))
+    tick(s, S1)
+    _, now = drive(s, S1)
+    apply(s, commands.pause_job(now + 1, None, name="p"))
+    trigger(s, now + 2, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    done, _ = drive(s, now + 3)
+    assert done == [f"a@{S1}#manual"] and not s.pipes.joins
+
+
+def test_a_child_paused_or_run_by_hand_while_it_waits_is_not_run_twice_nor_while_paused():
+    s, now, g = diamond()
+    finish(s, g[f"b@{S1}#manual"], now + 1, True)
+    apply(s, commands.pause_job(now + 2, None, name="d"))
+    finish(s, g[f"c@{S1}#manual"], now + 3, True)
+    assert f"d@{S1}#manual" not in s.runs and not s.pipes.joins and lease(s, now + 4) == []
+    s, now, g = diamond()
+    finish(s, g[f"b@{S1}#manual"], now + 1, True)
+    by_hand = trigger(s, now + 2, "d", slot=S1, rerun=True)  # run again by hand meanwhile
+    finish(s, g[f"c@{S1}#manual"], now + 3, True)
+    going = [r for r in s.history["d"] if s.runs[r]["state"] == "queued"]
+    assert going == [by_hand["run"]], going  # never two runs of the slot at once
+
+
+def test_a_rerun_below_ignores_overlap_as_a_run_by_hand_does():
+    """A review: with overlap replace, a downstream rerun of an old slot revoked the child's run of
+    today's slot. A run by hand of a slot (trigger_job_with) applies no overlap rule; nor do the
+    runs a rerun makes below it."""
+    S2 = S1 + 10 * SEC
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"], overlap={"policy": "replace"})))
+    tick(s, S1)
+    _, now = drive(s, S1)
+    tick(s, S2)
+    finish(s, lease(s, S2)[0], S2 + 1, True)
+    assert [g["id"] for g in lease(s, S2 + 2)] == [f"b@{S2}"]  # today's run of b, running
+    trigger(s, S2 + 3, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    finish(s, lease(s, S2 + 4)[0], S2 + 5, True)
+    assert s.runs[f"b@{S2}"]["state"] == "running" and s.runs[f"b@{S1}#manual"]["state"] == "queued"
+
+
+def test_a_parent_added_while_the_join_waits_counts_with_its_outcome():
+    s, now, g = diamond(e=job_raw(every_s=10))
+    finish(s, g[f"b@{S1}#manual"], now + 1, True)
+    assert put(s, "d", job_raw(after=["b", "c", "e"]), now=now + 2)["ok"]
+    finish(s, g[f"c@{S1}#manual"], now + 3, True)
+    made = s.runs[f"d@{S1}#manual"]
+    assert [u["run"] for u in made["upstream"]] == [f"b@{S1}#manual", f"c@{S1}#manual", f"e@{S1}"]
+    assert not s.pipes.joins

@@ -660,7 +660,8 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
         if ran and ran[-1]["state"] == "dead":
             dead = ran[-1]["id"]
             raise Conflict(f"run {dead} of slot {slot} is dead, in its queue's dead-letter queue: requeue it "
-                           f"(POST /v1/dlq/{dead}/requeue) to run the slot again, its children with it",
+                           f"(POST /v1/dlq/{dead}/requeue) to run the slot again (its children with it, when it "
+                           "propagates)",
                            field="rerun", run=dead)
     else:
         for rid in (base, base + "#manual"):

@@ -278,6 +278,8 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
             del got_latest[p]  # a parent it no longer has: not in its runs' upstream
     for j in (waiting or {}).values():
         gone = [(p, j["got"].pop(p)) for p in [p for p in j["got"] if p not in parents]]
+        if "fresh" in j:
+            j["fresh"] = [p for p in j["fresh"] if p in parents]
         if gone and "bf" in j:
             # The hold of a backfill whose run's report was a removed parent's, and no kept
             # parent's: its run is not that backfill's (an unknown run, trimmed, keeps it).
@@ -294,6 +296,12 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
         added = [p for p in dict.fromkeys(e["job"] for e in spec["after"]) if p not in had] if had else []
         if added:
             _read_back(s, child, added, now, work)
+            for slot, j in sorted((s.pipes.joins.get(name) or {}).items()):
+                if "rerun" in j:  # (its slot ran: _read_back reads none back for it) an added
+                    for p in added:  # parent's newest outcome of the slot, as at its opening
+                        x = None if p in j["got"] else _slot_outcome(s, p, slot)
+                        if x is not None:
+                            j["got"][p] = x
         for slot in sorted(waiting or ()):
             if slot in s.pipes.joins.get(name, {}):  # (else decided by an earlier one)
                 _check(s, child, slot, now, work)
@@ -471,15 +479,19 @@ def notify(s: SchedulerState, run: Record, now: int) -> None:
     if run.get("propagate") and "slot_to" not in run:
         # A manual run or a backfill's, asked to propagate, for a slot its children may have
         # recorded already (the slot's own run failed): those records are taken back first, so
-        # that this outcome decides them again. A child that ran stays run.
-        rearm(s, run, now)
+        # that this outcome decides them again. A child that ran stays run, unless the run is a
+        # rerun's asked for downstream (a trigger's: it has no upstream of its own), whose
+        # outcome opens the graph below it to run again (open_downstream).
+        rearmed = rearm(s, run, now)
+        if run.get("downstream") is not None and run.get("upstream") is None:
+            open_downstream(s, run, rearmed, now)
     work: list[tuple[Record, int]] = [(run, now)]
     _drain(s, work, now)
 
 
 #: The fields of a run a deferred fan-out keeps (a pending item of ``Pipes.fanout``).
 _SOURCE_FIELDS = ("job", "id", "slot", "slot_to", "state", "reason", "count", "fencing_token", "result",
-                  "backfill", "kind", "downstream")
+                  "backfill", "kind", "released")
 
 
 def _drain(s: SchedulerState, work: list[tuple[Record, int]], now: int, budget: list[int] | None = None) -> None:
@@ -524,7 +536,7 @@ def _fan(s: SchedulerState, src: Record, after: str | None, now: int, work: list
         if lo != hi:
             _offer_range(s, child, src["job"], lo, hi, src, now, work)
         else:
-            _offer(s, child, src["job"], lo, info, now, work, src.get("backfill"), from_slot, src.get("downstream"))
+            _offer(s, child, src["job"], lo, info, now, work, src.get("backfill"), from_slot, src.get("released", False))
 
 
 def pending_fanout(s: SchedulerState, n: int) -> list[list[Any]]:
@@ -571,13 +583,14 @@ def _satisfies(state: str, on: str) -> bool | None:
 
 def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[Any], now: int,
            work: list[tuple[Record, int]], bf: str | None = None, from_slot: bool = True,
-           downstream: Any = None) -> None:
+           released: bool = False) -> None:
     """Parent ``parent``'s final outcome ``info`` for ``slot`` reaches ``child``. ``bf``: the
     outcome is a run of a backfill with ``cascade: children``; the child's run, when the join
     completes, is then made under that backfill's pace and concurrency (held: ``hold``).
-    ``downstream``: the outcome is a rerun's asked to run again what ran below it (a trigger's
-    ``downstream``: true, or the tenants it may reach); a child that ran for the slot then waits
-    in a join of its own for a rerun (``_rerun_join``)."""
+    A child's slot waiting to run again below a rerun (a rerun join: ``open_downstream``) takes
+    the outcome as its parent's new one (``fresh``). ``released``: not a new outcome, but the
+    parent's earlier one, standing because its own rerun was not made (``_decide``): only a
+    rerun join waiting for it takes it, as not fresh."""
     c = child["name"]
     spec = child["spec"]
     latest = spec.get("match") == "latest"
@@ -590,13 +603,16 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
     waiting = s.pipes.joins.get(c)
     j = None if waiting is None else waiting.get(slot)
     if j is not None and j.get("rerun") is not None:
-        j["got"][parent] = info  # (a rerun's join: this parent's newest outcome)
+        if released:
+            if parent in j["got"]:
+                return  # (a new outcome came first)
+        elif parent not in j["fresh"]:
+            j["fresh"].append(parent)
+        j["got"][parent] = info
         _check(s, child, slot, now, work)
         return
-    if downstream is not None and _rerun_join(s, child, slot, parent, downstream, now):
-        s.pipes.joins[c][slot]["got"][parent] = info
-        _check(s, child, slot, now, work)
-        return
+    if released:
+        return  # (an earlier outcome, for rerun joins only)
     done = s.runs.get(rid)
     if done is not None:
         # Decided already (a run, or a record): keep the report with an upstream record, for rearm.
@@ -649,38 +665,76 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
     j["got"][parent] = info
     if bf is not None:
         j["bf"] = bf
-    if downstream is not None:
-        j["downstream"] = downstream  # (the run it makes carries it on: its children ran, maybe)
     _check(s, child, slot, now, work)
 
 
-def _rerun_join(s: SchedulerState, child: Record, slot: int, parent: str, downstream: Any, now: int) -> bool:
-    """Open a join of ``child``'s ``slot`` for a rerun (``"rerun"``: the rerun's ``downstream``,
-    which the run it makes carries on) when the child ran for the slot already (its run ended,
-    or a record stands for it) and nothing of it is still to come: the join starts with its
-    other parents' newest outcomes of the slot, and completed makes a new run of the slot
-    (``_create``); a decision not to run drops it, and the child's earlier run stands
-    (``_decide``). Not for a paused child, a heartbeat job, another tenant's than ``downstream``
-    allows, a slot inside a recorded range, or one the child never had. :returns: whether it opened it."""
-    c = child["name"]
+def open_downstream(s: SchedulerState, root: Record, rearmed: list[str], now: int) -> list[str]:
+    """A rerun asked for ``downstream`` (``root``, a trigger's run of slot S) ended: every job
+    below it that ran for S waits to run again, in a join of its own for S (a rerun join:
+    ``"rerun"``, the root's ``downstream``; ``"fresh"``, the parents whose new outcome came).
+    Opened at once for the whole graph below, so that each waits for the new outcome of every
+    parent that will have one (the root, the jobs ``rearmed`` took records back from, those
+    opened here, a slot already waiting): a join below two branches of other lengths waits for
+    both. Its other parents' newest outcomes of S are in it from the start. A job not to run
+    again (``_may_rerun``) is not opened, and its children are reached only through another
+    parent. :returns: the jobs opened, in the order opened (name order, level by level)."""
+    slot, down = root["slot"], root["downstream"]
+    again = {root["job"]} | {rid.partition("@")[0] for rid in rearmed}
+    opened: list[Record] = []
+    todo, seen = [root["job"]], {root["job"]}
+    while todo:
+        p = todo.pop(0)
+        for c in sorted(s.pipes.children.get(p, ())):  # (name order, alike on every replica)
+            child = s.jobs.get(c)
+            if c in seen or child is None:
+                continue
+            if c in again or slot in s.pipes.joins.get(c, {}):
+                again.add(c)  # (its outcome of the slot is to come: re-armed, or waiting already)
+            elif _may_rerun(s, child, slot, down):
+                again.add(c)
+                opened.append(child)
+            else:
+                continue
+            seen.add(c)
+            todo.append(c)
+    for child in opened:
+        got: dict[str, list[Any]] = {}
+        for e in child["spec"]["after"]:
+            p = e["job"]
+            if p not in again and p in s.jobs:
+                x = _slot_outcome(s, p, slot)
+                if x is not None:
+                    got[p] = x
+        s.pipes.joins.setdefault(child["name"], {})[slot] = {"got": got, "own": True, "since": now, "rerun": down,
+                                                            "fresh": []}
+    return [c["name"] for c in opened]
+
+
+def _may_rerun(s: SchedulerState, child: Record, slot: int, downstream: Any) -> bool:
+    """Whether ``child`` runs ``slot`` again below a rerun: it ran for it (its run ended, or a
+    record stands for it) and nothing of it is still to come. Not a paused child, a heartbeat
+    job, one with ``match: latest``, another tenant's than ``downstream`` allows, a slot inside a
+    recorded range, or a child whose waiting slots are at joins_per_child_max."""
     spec = child["spec"]
-    if child["paused"] or spec["executor"]["type"] == "heartbeat" \
-            or (downstream is not True and spec["tenant"] not in downstream):
+    if child["paused"] or spec["executor"]["type"] == "heartbeat" or spec.get("match") == "latest" \
+            or (downstream is not True and spec["tenant"] not in downstream) \
+            or len(s.pipes.joins.get(child["name"], ())) >= limits.joins_per_child_max:
         return False
-    if len(s.pipes.joins.get(c, ())) >= limits.joins_per_child_max:
-        return False  # (its slots waiting are at the bound: a rerun never decides one of them)
+    entries = slot_entries(s, child["name"], slot)
+    return bool(entries) and not any(x["state"] in UNFINISHED or "slot_to" in x for x in entries)
+
+
+def _release(s: SchedulerState, c: str, slot: int, now: int, work: list[tuple[Record, int]]) -> None:
+    """Child ``c``'s slot does not run again below a rerun: its newest final entry of the slot
+    stands, and reaches its children's rerun joins as their parent's outcome, not fresh
+    (through ``work``, as any outcome, with ``released``). One that has an unfinished entry that
+    propagates reports when it ends instead."""
     entries = slot_entries(s, c, slot)
-    if not entries or any(x["state"] in UNFINISHED or "slot_to" in x for x in entries):
-        return False
-    got: dict[str, list[Any]] = {}
-    for e in spec["after"]:
-        p = e["job"]
-        if p != parent and p in s.jobs:
-            x = _slot_outcome(s, p, slot)
-            if x is not None:
-                got[p] = x
-    s.pipes.joins.setdefault(c, {})[slot] = {"got": got, "own": True, "since": now, "rerun": downstream}
-    return True
+    if any(x["state"] in UNFINISHED and propagates(x) for x in entries):
+        return
+    final = [x for x in entries if x["state"] not in UNFINISHED and propagates(x)]
+    if final:
+        work.append((dict(final[-1], released=True), now))
 
 
 def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int, rec: Record, now: int,
@@ -840,8 +894,9 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
     for e in child["spec"]["after"]:
         p = e["job"]
         info = got.get(p)
-        if info is None and "schedule" in child["spec"]:
-            info = _final_of(s, p, slot)  # reported before the own slot came (a range, say)
+        if info is None and "schedule" in child["spec"] and "rerun" not in j:
+            # (reported before the own slot came, a range say; a rerun join waits for a new one)
+            info = _final_of(s, p, slot)
             if info is not None:
                 got[p] = info
         if info is None:
@@ -874,6 +929,10 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
         # Not a miss: what a handler of its parent's failure does when the parent succeeds. Recorded
         # (every slot has an entry, its children follow it), not told as slot.missed (notify).
         _decide(s, c, slot, "upstream_succeeded", quiet, now, work)
+        return
+    if not waiting and "rerun" in j and not j["fresh"]:
+        # Below a rerun, every parent's outcome is an earlier one (none of them ran again): no run.
+        _decide(s, c, slot, "upstream_timeout", "no parent ran again", now, work)
         return
     if not waiting:
         wait = child["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000
@@ -925,8 +984,7 @@ def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
         if bf is not None and bf["state"] == "cancelled" and work is not None:
             _cancelled(s, child, slot, j["got"], bf_id, now, work)
             return
-    _create(s, child, slot, j["got"], now, work, held=j.get("held", False), rerun=j.get("rerun"),
-            downstream=j.get("downstream"))
+    _create(s, child, slot, j["got"], now, work, held=j.get("held", False), rerun=j.get("rerun"))
 
 
 def _ran_by_hand(s: SchedulerState, c: str, slot: int) -> bool:
@@ -947,15 +1005,14 @@ def _ran_by_hand(s: SchedulerState, c: str, slot: int) -> bool:
 
 def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
             work: list[tuple[Record, int]] | None, bf: Record | None = None, held: bool = False,
-            rerun: Any = None, downstream: Any = None) -> Record | None:
+            rerun: Any = None) -> Record | None:
     """Child ``child``'s run for ``slot`` (or its record: paused, overlap, a full queue, which
     reaches its own children through ``work``, or at once without one); ``bf``: made by that
     backfill's step (a held child released). A paused child's own slot (a gated job's) whose
     join its pause marked ``held``, or whose slot is still to come, is made held, as the pause
-    holds the runs it fired ahead (notify.pause). ``rerun`` (a rerun's join, _rerun_join: its
-    ``downstream``): the slot ran, and runs again as a run by hand of it (``manual_slot_id``,
-    kind ``manual``) that propagates and carries the rerun on; ``downstream``: a run made
-    otherwise carries it on. :returns: the run when it was queued."""
+    holds the runs it fired ahead (notify.pause). ``rerun`` (a rerun join's, open_downstream:
+    the root's ``downstream``): the slot ran, and runs again (``_create_rerun``). :returns: the
+    run when it was queued."""
     c = child["name"]
     if rerun is not None:
         return _create_rerun(s, child, slot, got, now, work, rerun)
@@ -1003,35 +1060,31 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
     if bf is not None:
         run["backfill"] = bf["id"]
         run["propagate"] = True  # its own children follow under the same backfill
-    if downstream is not None and run["state"] == "queued":
-        run["downstream"] = downstream
     return run if run["state"] == "queued" else None
 
 
 def _create_rerun(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
                   work: list[tuple[Record, int]] | None, downstream: Any) -> Record | None:
-    """A child's slot run again below a rerun (_create's ``rerun``): as its run by hand with the
-    slot would be (an id of its own, kind ``manual``, no start deadline: asked for), its
-    parents' outcomes its ``upstream``, propagating and carrying ``downstream`` on; recorded
-    instead when its overlap policy or its full queue says so (a record of that id, which
-    reaches its own children)."""
+    """A child's slot run again below a rerun (_create's ``rerun``), as its run by hand with the
+    slot would be (trigger_job_with: an id of its own, kind ``manual``, no overlap rule, no start
+    deadline), its parents' outcomes its ``upstream``, propagating. Not made, and its earlier entry
+    stands for its children (``_release``), when the child was paused or became a heartbeat job
+    while it waited, or a run of the slot is going meanwhile (run by hand, a backfill's: never
+    two at once; one that propagates reports itself). A full queue records it skipped, which
+    reaches its children as any outcome."""
     c = child["name"]
-    rid = manual_slot_id(s, c, slot)
-    blocked = fire.overlap(s, child, rid, now)
-    if blocked is not None:
-        entry = fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",
-                                          "kind": "recorded", "fired_at": now})
-        child["stats"][RECORDED] += 1
-        on_slot_recorded(s, entry, now)
-        deadlines.on_finish(s, entry, now)
-        _cascade(s, entry, now, work)
+    if child["paused"] or child["spec"]["executor"]["type"] == "heartbeat" \
+            or any(x["state"] in UNFINISHED for x in slot_entries(s, c, slot)):
+        if work is not None:
+            _release(s, c, slot, now, work)
         return None
-    run = fire.new_run(s, child, slot, now, rid, "manual")  # (due at its slot: past, so now)
-    if run["state"] != "queued":  # (a full queue's record, which new_run told the children of)
+    del downstream  # (the root's: what it reaches below was opened with the root, open_downstream)
+    run = fire.new_run(s, child, slot, now, manual_slot_id(s, c, slot), "manual")
+    run["propagate"] = True  # (set on a full queue's record too: it reaches the children)
+    if run["state"] != "queued":
+        _cascade(s, run, now, work)
         return None
     run["upstream"] = upstream_of(got)
-    run["propagate"] = True
-    run["downstream"] = downstream
     return run
 
 
@@ -1183,8 +1236,11 @@ def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: in
     j = joins.pop(slot, None)
     if not joins:
         s.pipes.joins.pop(c, None)
-    if j is not None and j.get("rerun") is not None:
-        return  # a rerun not made (its parent failed, say): the child's earlier run of the slot stands
+    if j is not None and "rerun" in j:
+        # A rerun not made (its parent failed, say): the child's earlier run of the slot stands,
+        # and is what its children below the rerun get from it.
+        _release(s, c, slot, now, work)
+        return
     child = s.jobs.get(c)
     rid = f"{c}@{slot}"
     if child is None or rid in s.runs or ("schedule" in child["spec"] and not (j is not None and j["own"])):

@@ -314,6 +314,11 @@ class BackfillService:
                    "again the jobs after it that ran for it")
             body.setdefault("warnings", []).append(f"slot {schedule.iso(t['slot'])} has its run {res['run']}, which "
                                                    f"ended {body['state']}: nothing new runs; {how}")
+        elif not body["created"] and t.get("rerun"):
+            body.setdefault("warnings", []).append(
+                f"slot {schedule.iso(t['slot'])} has a run still going, {res['run']} ({body['state']}): nothing new "
+                "runs (a slot runs once at a time)" + (", nor below it" if t.get("downstream") else "")
+                + "; send it again once that run has ended")
         return (201 if body["created"] else 200), body
 
 
