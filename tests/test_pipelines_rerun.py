@@ -318,3 +318,20 @@ def test_a_parent_added_while_the_join_waits_counts_with_its_outcome():
     made = s.runs[f"d@{S1}#manual"]
     assert [u["run"] for u in made["upstream"]] == [f"b@{S1}#manual", f"c@{S1}#manual", f"e@{S1}"]
     assert not s.pipes.joins
+
+
+def test_a_graph_below_past_the_bound_is_refused_and_one_grown_since_is_opened_up_to_it(monkeypatch):
+    """The rerun's end opens the graph below in one command, reading each job's history: bounded
+    (limits.downstream_jobs_max) as a fan-out is. A trigger whose job has more below is refused,
+    changing nothing; jobs put below it since are opened up to the bound."""
+    from raftsched.core import limits
+    s, now = ran_chain(("b", ["a"]), ("c", ["a"]), ("d", ["a"]))
+    monkeypatch.setattr(limits, "downstream_jobs_max", 2)
+    e = refused(s, commands.trigger_job(now + 1, None, name="a", extra={
+        "slot": S1, "rerun": True, "propagate": True, "downstream": True}), "conflict")["error"]
+    assert e["field"] == "downstream" and "more than 2 jobs" in e["message"], e
+    monkeypatch.setattr(limits, "downstream_jobs_max", 3)
+    trigger(s, now + 2, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    monkeypatch.setattr(limits, "downstream_jobs_max", 2)  # (as if jobs were put below it since)
+    done, _ = drive(s, now + 3)
+    assert done[0] == f"a@{S1}#manual" and len(done) == 3, done  # two of the three below

@@ -22,7 +22,7 @@ from .notify import on_slot_recorded, pause, resume_held
 from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
-from .pipelines import check_delete, check_edges, forget_held, on_delete, on_put
+from .pipelines import below, check_delete, check_edges, forget_held, on_delete, on_put
 from .pipelines import UNFINISHED, propagates as pipelines_propagates
 from .pipeline_model import check_stored_after
 
@@ -574,6 +574,9 @@ def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         raise InvalidCommand("trigger_job.downstream must be true or a list of tenants, with rerun and propagate")
     if "rerun" in cmd and "slot" not in cmd:
         raise InvalidCommand("trigger_job.rerun needs a slot")
+    if down is not None and below(s, job["name"], limits.downstream_jobs_max) > limits.downstream_jobs_max:
+        raise Conflict(f"more than {limits.downstream_jobs_max} jobs run after {job['name']} (limits.downstream_jobs_max): "
+                       "rerun a job lower in the graph with downstream, or its jobs one by one", field="downstream")
     if "slot" in cmd or "payload" in cmd:
         res = trigger_job_with(s, job, cmd, now)
         if cmd.get("propagate") is True and res.get("created"):

@@ -493,6 +493,10 @@ children_per_job_max = 10_000
 #: more) has the rest offered by the leader's fanout_step commands, this many each, so that no
 #: apply holds a replica for long (docs/pipelines.md, "Fan-out").
 fanout_per_command = 500
+#: Jobs below a rerun with ``downstream`` (all of them, eligible or not): a trigger whose job has
+#: more is refused; the rerun's end opens at most this many (pipelines.open_downstream reads each
+#: one's history for the slot, in one command: bounded as a fan-out is).
+downstream_jobs_max = 500
 #: A forced delete of a parent records each of its unfinished runs' slots dependency_missing in
 #: each triggered child: one record a slot up to this many, ranges beyond (pipelines.on_delete).
 delete_slots_recorded_one_by_one = 16

@@ -688,6 +688,9 @@ def open_downstream(s: SchedulerState, root: Record, rearmed: list[str], now: in
             child = s.jobs.get(c)
             if c in seen or child is None:
                 continue
+            if len(seen) > limits.downstream_jobs_max:
+                todo.clear()  # (jobs put below it since the trigger: those past the bound are left)
+                break
             if c in again or slot in s.pipes.joins.get(c, {}):
                 again.add(c)  # (its outcome of the slot is to come: re-armed, or waiting already)
             elif _may_rerun(s, child, slot, down):
@@ -708,6 +711,17 @@ def open_downstream(s: SchedulerState, root: Record, rearmed: list[str], now: in
         s.pipes.joins.setdefault(child["name"], {})[slot] = {"got": got, "own": True, "since": now, "rerun": down,
                                                             "fresh": []}
     return [c["name"] for c in opened]
+
+
+def below(s: SchedulerState, name: str, n: int) -> int:
+    """How many jobs are below job ``name`` (its children, theirs, ...), counted up to ``n + 1``."""
+    todo, seen = [name], {name}
+    while todo and len(seen) <= n + 1:
+        for c in s.pipes.children.get(todo.pop(), ()):
+            if c not in seen:
+                seen.add(c)
+                todo.append(c)
+    return min(len(seen) - 1, n + 1)
 
 
 def _may_rerun(s: SchedulerState, child: Record, slot: int, downstream: Any) -> bool:
