@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftsched.core import commands
+from raftsched.core import commands, pipelines
 
 from core_helpers import refused, restored
 from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
@@ -335,3 +335,71 @@ def test_a_graph_below_past_the_bound_is_refused_and_one_grown_since_is_opened_u
     monkeypatch.setattr(limits, "downstream_jobs_max", 2)  # (as if jobs were put below it since)
     done, _ = drive(s, now + 3)
     assert done[0] == f"a@{S1}#manual" and len(done) == 3, done  # two of the three below
+
+
+def test_an_earlier_outcome_released_is_no_new_success_for_a_latest_child():
+    """A second review: a's rerun failed, b's earlier success was released below, and a child of
+    match latest took it for a new success and ran again."""
+    S2 = S1 + 10 * SEC
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])),
+                    ("l", job_raw(every_s=10, after=["b"], match="latest")))
+    tick(s, S1)
+    drive(s, S1)
+    tick(s, S2)
+    trigger(s, S2 + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    for g in lease(s, S2 + 2):
+        if g["id"] == f"a@{S1}#manual":
+            finish(s, g, S2 + 3, False)
+    assert [r for r in s.history["l"] if s.runs[r]["state"] != "succeeded"] in ([], [f"l@{S2}"])
+    assert all(s.runs[r]["state"] != "queued" for r in s.history["l"]), [s.runs[r] for r in s.history["l"]]
+
+
+def test_a_long_step_above_does_not_time_out_the_join_below_it():
+    """A second review: each join below the rerun counted its max_wait_s from the rerun's end, so
+    the tail of a long chain timed out where it never does normally. It counts from the first new
+    outcome (before it, each parent's outcome is to come: open_downstream)."""
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"], max_wait_s=60)))
+    tick(s, S1)
+    _, now = drive(s, S1)
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    finish(s, lease(s, now + 2)[0], now + 3, True)
+    g = lease(s, now + 4)[0]
+    assert pipelines.overdue(s, now + 70 * SEC, 10) == []
+    finish(s, g, now + 120 * SEC, True)  # b's rerun took two minutes
+    assert s.runs[f"c@{S1}#manual"]["upstream"][0]["run"] == f"b@{S1}#manual"
+
+
+def test_a_requeue_above_a_waiting_rerun_join_keeps_it_waiting_for_the_new_outcomes():
+    """A second review: d@S1 died (c recorded upstream_failed); a's rerun opened c; then d's
+    requeue took c's record back and replaced c's rerun join by one holding b's earlier outcome:
+    c ran on it, and b's new outcome reached nothing."""
+    s = chain_state(("a", job_raw(every_s=10)), ("d", job_raw(every_s=10)), ("b", job_raw(after=["a"])),
+                    ("c", job_raw(after=["b", "d"])))
+    tick(s, S1)
+    _, now = drive(s, S1, outcome=lambda g: not g["id"].startswith("d@"))
+    assert s.runs[f"c@{S1}"]["reason"] == "upstream_failed"
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    finish(s, lease(s, now + 2)[0], now + 3, True)
+    assert apply(s, commands.dlq_requeue(now + 4, None, run=f"d@{S1}"))["ok"]
+    assert "rerun" in s.pipes.joins["c"][S1]
+    done, _ = drive(s, now + 5)
+    made = [r for r in s.history["c"] if s.runs[r].get("upstream")]
+    assert len(made) == 1, made
+    assert sorted(u["run"] for u in s.runs[made[0]]["upstream"]) == [f"b@{S1}#manual", f"d@{S1}"]
+    assert not s.pipes.joins
+
+
+def test_a_job_that_loses_its_parents_while_it_waits_lets_go_of_the_graph_below():
+    s = chain_state(("a", job_raw(every_s=10)), ("e", job_raw(every_s=10)), ("b", job_raw(after=["a", "e"])),
+                    ("c", job_raw(after=["b"])))
+    tick(s, S1)
+    _, now = drive(s, S1)
+    trigger(s, now + 1, "e", slot=S1, rerun=True, propagate=True)  # going when a's rerun ends: b waits
+    trigger(s, now + 2, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    grants = {g["job"]: g for g in lease(s, now + 3)}
+    finish(s, grants["a"], now + 4, True)
+    assert "rerun" in s.pipes.joins["b"][S1] and "rerun" in s.pipes.joins["c"][S1]
+    assert put(s, "b", job_raw(every_s=10), now=now + 5)["ok"]  # b has no parents now
+    assert not s.pipes.joins  # c: b's earlier outcome released, none new: not run again
+    finish(s, grants["e"], now + 6, True)
+    assert lease(s, now + 7) == [] and not s.pipes.joins

@@ -249,6 +249,13 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
     waiting = s.pipes.joins.get(name)
     if "after" not in spec:
         s.pipes.latest.pop(name, None)
+        reruns = sorted(k for k, j in (waiting or {}).items() if "rerun" in j)
+        if waiting and reruns:  # (no parent of its own now: not run again; what waits below it has its earlier entry)
+            told: list[tuple[Record, int]] = []
+            for slot in reruns:
+                del waiting[slot]
+                _release(s, name, slot, now, told)
+            _drain(s, told, now)
         if waiting and child is not None and "schedule" in spec:
             own = {k: {"got": {}, "own": True, "since": j["since"], **({"held": True} if j.get("held") else {})}
                    for k, j in waiting.items() if j["own"]}
@@ -595,6 +602,8 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
     spec = child["spec"]
     latest = spec.get("match") == "latest"
     if latest:
+        if released:
+            return  # (an earlier outcome, for rerun joins only: no success of it is new)
         if info[0] == "succeeded":
             s.pipes.latest.setdefault(c, {})[parent] = info
             _try_latest(s, child, now, work)
@@ -607,6 +616,8 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
             if parent in j["got"]:
                 return  # (a new outcome came first)
         elif parent not in j["fresh"]:
+            if not j["fresh"]:
+                j["since"] = now  # (its max_wait_s counts from the first new outcome: overdue)
             j["fresh"].append(parent)
         j["got"][parent] = info
         _check(s, child, slot, now, work)
@@ -682,6 +693,24 @@ def open_downstream(s: SchedulerState, root: Record, rearmed: list[str], now: in
     again = {root["job"]} | {rid.partition("@")[0] for rid in rearmed}
     opened: list[Record] = []
     todo, seen = [root["job"]], {root["job"]}
+    outcomes: dict[str, tuple[dict[int, Record], list[Record]]] = {}  # (each parent's history read once)
+
+    def of(p: str) -> tuple[dict[int, Record], list[Record]]:
+        if p not in outcomes:
+            outcomes[p] = _slot_outcomes(s, p)
+        return outcomes[p]
+
+    def stuck(child: Record) -> bool:
+        """A parent outside the rerun with no entry of the slot, nothing of it to come: the join
+        could never complete (a parent added since the child ran, say): not run again."""
+        for e in child["spec"]["after"]:
+            p = e["job"]
+            if p != root["job"] and p in s.jobs and slot not in s.pipes.joins.get(p, {}):
+                by_slot, ranges = of(p)
+                if slot not in by_slot and not any(r["slot"] <= slot <= r["slot_to"] for r in ranges):
+                    return True
+        return False
+
     while todo:
         p = todo.pop(0)
         for c in sorted(s.pipes.children.get(p, ())):  # (name order, alike on every replica)
@@ -693,7 +722,7 @@ def open_downstream(s: SchedulerState, root: Record, rearmed: list[str], now: in
                 break
             if c in again or slot in s.pipes.joins.get(c, {}):
                 again.add(c)  # (its outcome of the slot is to come: re-armed, or waiting already)
-            elif _may_rerun(s, child, slot, down):
+            elif _may_rerun(s, child, slot, down) and not stuck(child):
                 again.add(c)
                 opened.append(child)
             else:
@@ -705,23 +734,27 @@ def open_downstream(s: SchedulerState, root: Record, rearmed: list[str], now: in
         for e in child["spec"]["after"]:
             p = e["job"]
             if p not in again and p in s.jobs:
-                x = _slot_outcome(s, p, slot)
+                x = _outcome_in(of(p), slot)
                 if x is not None:
-                    got[p] = x
+                    got[p] = [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
         s.pipes.joins.setdefault(child["name"], {})[slot] = {"got": got, "own": True, "since": now, "rerun": down,
                                                             "fresh": []}
     return [c["name"] for c in opened]
 
 
 def below(s: SchedulerState, name: str, n: int) -> int:
-    """How many jobs are below job ``name`` (its children, theirs, ...), counted up to ``n + 1``."""
-    todo, seen = [name], {name}
-    while todo and len(seen) <= n + 1:
+    """How many jobs a rerun of job ``name`` with ``downstream`` reads (open_downstream): those
+    below it (its children, theirs, ...) and their other parents, counted up to ``n + 1``."""
+    todo, seen, read = [name], {name}, {name}
+    while todo and len(read) <= n + 1:
         for c in s.pipes.children.get(todo.pop(), ()):
             if c not in seen:
                 seen.add(c)
+                read.add(c)
                 todo.append(c)
-    return min(len(seen) - 1, n + 1)
+                job = s.jobs.get(c)
+                read.update(e["job"] for e in (job["spec"].get("after", ()) if job is not None else ()))
+    return min(len(read) - 1, n + 1)
 
 
 def _may_rerun(s: SchedulerState, child: Record, slot: int, downstream: Any) -> bool:
@@ -746,9 +779,12 @@ def _release(s: SchedulerState, c: str, slot: int, now: int, work: list[tuple[Re
     entries = slot_entries(s, c, slot)
     if any(x["state"] in UNFINISHED and propagates(x) for x in entries):
         return
-    final = [x for x in entries if x["state"] not in UNFINISHED and propagates(x)]
-    if final:
-        work.append((dict(final[-1], released=True), now))
+    final = [x for x in entries if x["state"] not in UNFINISHED]
+    best = [x for x in final if propagates(x)] or final
+    if best:
+        work.append((dict(best[-1], released=True), now))
+    else:  # (none ended: what is below it waits for nothing from it, and does not run on it)
+        work.append(({"job": c, "id": f"{c}@{slot}", "slot": slot, "state": "skipped", "released": True}, now))
 
 
 def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int, rec: Record, now: int,
@@ -1369,10 +1405,14 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             hist = s.history.get(c)
             if hist is not None and rid in hist:
                 hist.remove(rid)
-            join = s.pipes.joins.setdefault(c, {})[slot] = {"got": _rearmed_got(s, child, slot, rec["upstream"], again),
-                                                            "own": bool(rec.get("own")), "since": now}
-            if rec.get("held"):  # fired ahead of its job's pause, which still holds it (notify.pause)
-                join["held"] = True
+            kept = s.pipes.joins.get(c, {}).get(slot)
+            if kept is None or "rerun" not in kept:  # (a rerun join waits for new outcomes already:
+                # kept, the reports of the jobs taken back dropped from it below)
+                join = s.pipes.joins.setdefault(c, {})[slot] = {
+                    "got": _rearmed_got(s, child, slot, rec["upstream"], again), "own": bool(rec.get("own")),
+                    "since": now}
+                if rec.get("held"):  # fired ahead of its job's pause, which still holds it (notify.pause)
+                    join["held"] = True
             deadlines.reopen(s, rid)  # (judged missed with the record taken back)
             out.append(rid)
             again.add(c)
@@ -1395,6 +1435,8 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             j = s.pipes.joins.get(c, {}).get(slot)
             if j is not None:
                 j["got"] = {k: v for k, v in j["got"].items() if k not in again}
+                if "fresh" in j:
+                    j["fresh"] = [k for k in j["fresh"] if k not in again]
     return out
 
 
@@ -1526,6 +1568,8 @@ def overdue(s: SchedulerState, now: int, n: int) -> list[list[Any]]:
             continue
         wait = job["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000
         for slot, j in joins.items():
+            if "rerun" in j and not j["fresh"]:
+                continue  # below a rerun, before any new outcome: each parent's comes (open_downstream)
             if j["since"] + wait <= now:
                 out.append([c, slot, j["since"]])
                 if len(out) >= n:
