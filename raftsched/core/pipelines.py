@@ -1065,7 +1065,7 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
     run when it was queued."""
     c = child["name"]
     if rerun is not None:
-        return _create_rerun(s, child, slot, got, now, work, rerun)
+        return _create_rerun(s, child, slot, got, now, work)
     rid = f"{c}@{slot}"
     if rid in s.runs or _ran_by_hand(s, c, slot):
         # The slot has its run already (a trigger of the job for that slot: NAME@SLOT, or
@@ -1114,7 +1114,7 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
 
 
 def _create_rerun(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
-                  work: list[tuple[Record, int]] | None, downstream: Any) -> Record | None:
+                  work: list[tuple[Record, int]] | None) -> Record | None:
     """A child's slot run again below a rerun (_create's ``rerun``), as its run by hand with the
     slot would be (trigger_job_with: an id of its own, kind ``manual``, no overlap rule, no start
     deadline), its parents' outcomes its ``upstream``, propagating. Not made, and its earlier entry
@@ -1128,7 +1128,6 @@ def _create_rerun(s: SchedulerState, child: Record, slot: int, got: dict[str, li
         if work is not None:
             _release(s, c, slot, now, work)
         return None
-    del downstream  # (the root's: what it reaches below was opened with the root, open_downstream)
     run = fire.new_run(s, child, slot, now, manual_slot_id(s, c, slot), "manual")
     run["propagate"] = True  # (set on a full queue's record too: it reaches the children)
     if run["state"] != "queued":
