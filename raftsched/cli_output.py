@@ -209,11 +209,16 @@ def table(payload: Any) -> str:
     if not isinstance(payload, dict):
         return _cell(payload) if not isinstance(payload, list) else "\n".join(_cell(x) for x in payload)
     lists = {k: v for k, v in payload.items() if _is_records(v)}
+    # A text of several lines (a run's output, its traceback) is a block of its own under its
+    # name, as it was written: in a cell its lines ran into one (a walk).
+    blocks = {k: v for k, v in payload.items() if isinstance(v, str) and "\n" in v.strip()}
     scalars: list[list[str]] = []
     for k, v in payload.items():
-        if k not in lists:
+        if k not in lists and k not in blocks:
             _flat(k, v, scalars)
     parts = [_rows(["field", "value"], scalars)] if scalars else []
+    for k, v in blocks.items():
+        parts.append(f"{k.upper()}\n{v.rstrip()}")
     for k, v in lists.items():
         parts.append(f"{k.upper()} ({len(v)})\n{_viewed(k, v)}")
     return "\n\n".join(parts) if parts else "(empty)"

@@ -411,3 +411,18 @@ def test_trigger_reruns_a_slot_and_downstream_and_says_the_answers_warnings(run,
         "job": "j", "run": "j@1796146180000", "state": "failed", "created": False,
         "warnings": ["slot ... ended failed: nothing new runs; send rerun"]}})
     assert rc == 0 and "warning: slot ... ended failed: nothing new runs; send rerun" in capsys.readouterr().err
+
+
+def test_a_runs_output_of_several_lines_is_shown_as_written_under_the_table(run, capsys):
+    """``raftsched run ID -o table`` ran the output's lines into one cell (a walk): a text of
+    several lines is a block of its own under its name; one line stays a cell."""
+    from raftsched import cli_output
+    view = {"id": "j@1", "state": "failed", "error": "exit status 1", "output": "step 1\nstep 2\n  Traceback\n"}
+    cli_output.set_format("table")
+    try:
+        rc, _ = run(["run", "j@1", "-o", "table"], answers={"get_run": view})
+    finally:
+        cli_output.set_format(None)
+    out = capsys.readouterr().out
+    assert rc == 0 and "OUTPUT\nstep 1\nstep 2\n  Traceback" in out, out
+    assert "exit status 1" in out and "step 1 step 2" not in out, out
