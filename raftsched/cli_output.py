@@ -127,6 +127,11 @@ _VIEWS: dict[str, list[tuple[str, Any]]] = {
              ("started_at", "started_at"), ("finished_at", "finished_at"),
              # (a queued run's reason is what it waits for: a worker's placement or handler, a pause)
              ("reason", lambda r: r.get("reason") or r.get("waiting_for")), ("error", "error")],
+    # (``runs --slot``'s block of the slot's runs across its pipeline: each job's, as a run list)
+    "pipeline": [("id", "id"), ("job", "job"), ("state", "state"), ("attempt", "attempt"),
+                 ("finished_at", "finished_at"),
+                 ("reason", lambda r: r.get("reason") or r.get("waiting_for") or r.get("rerun_waiting_for")),
+                 ("error", "error")],
     "dead": [("event_id", lambda d: _get(d, "event.event_id")), ("kind", lambda d: _get(d, "event.kind")),
              ("job", lambda d: _get(d, "event.job")), ("slot", lambda d: _iso(_get(d, "event.slot"))),
              ("dead_at", lambda d: _iso(d.get("at"))), ("attempts", "attempts"), ("error", "error")],

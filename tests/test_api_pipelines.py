@@ -472,7 +472,7 @@ def test_a_slot_whose_run_ended_runs_again_with_rerun_and_a_plain_trigger_says_h
             {"run": dead, "token": g["token"], "success": False}]))
         assert env.state.runs[dead]["state"] == "dead"
         said = await (await c.post("/v1/jobs/once/trigger", data=json.dumps({"slot": slot}))).json()
-        assert f"POST /v1/dlq/{dead}/requeue" in said["warnings"][-1], said
+        assert f"its newest run {dead} is dead: requeue it (raftsched requeue {dead})" in said["warnings"][-1], said
         e = await err(await c.post("/v1/jobs/once/trigger", data=json.dumps({"slot": slot, "rerun": True})),
                       409, "conflict", "rerun")
         assert e["error"]["run"] == dead
@@ -487,7 +487,8 @@ def test_a_limited_tokens_downstream_rerun_reaches_its_tenants_children_only():
     from test_auth import call, new_token, run as auth_run
 
     async def body(env, c):
-        for name, spec in (("a", dict(A, tenant="acme")), ("b", after("a", tenant="acme"))):
+        for name, spec in (("a", dict(A, tenant="acme")), ("b", after("a", tenant="acme")),
+                           ("z", after("a", tenant="zeta"))):  # (an admin's edge across tenants)
             s, b = await call(c, "PUT", f"/v1/jobs/{name}", body=spec)
             assert s == 201, b
         op = (await new_token(c, "operator", tenants=["acme"]))["token"]
@@ -502,7 +503,54 @@ def test_a_limited_tokens_downstream_rerun_reaches_its_tenants_children_only():
         s, b = await call(c, "POST", "/v1/jobs/a/trigger", op, body={"slot": slot, "rerun": True, "downstream": True})
         assert s == 201, b
         assert env.state.runs[b["run"]]["downstream"] == ["acme"], env.state.runs[b["run"]]
+        assert "jobs below it of other tenants are not run again (nor what is only below them): z" in b["warnings"], b
         s, b = await call(c, "POST", "/v1/jobs/a/trigger", body={"slot": slot, "rerun": True, "downstream": True})
         assert s == 200 and not b["created"], b  # (the slot's rerun is still going: that run)
         assert "still going" in b["warnings"][-1] and "nor below it" in b["warnings"][-1], b
     auth_run(body)
+
+
+def test_a_rerun_says_what_it_leaves_below_and_a_run_shows_what_its_slot_waits_for_to_run_again():
+    """A walk: a child still running for the slot was not run again, silently; a mistyped slot of
+    a triggered job made a first run, silently; what waits to run again below a rerun showed
+    nowhere but explain."""
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        await put(c, "c", after("b"))
+        first = env.state.jobs["a"]["next"]
+        env.clock.advance(first - env.clock.now_ms() + 1_000)
+        await env.trigger.tick()
+        slot = schedule.iso(first)
+
+        def work(n=5, fail=()):
+            now = env.clock.now_ms()
+            got = env.state.apply(commands.acquire(now, worker="w", queues=None, max=n, ttl=30_000, types=None))["runs"]
+            env.state.apply(commands.complete_many(now, None, worker="w", results=[
+                {"run": g["id"], "token": g["token"], "success": g["job"] not in fail} for g in got]))
+            return got
+
+        work()  # a@S
+        now = env.clock.now_ms()
+        b_run = env.state.apply(commands.acquire(now, worker="w", queues=None, max=1, ttl=30_000, types=None))["runs"][0]
+        assert b_run["id"] == f"b@{first}"  # b's run of the slot, still going
+        said = await (await c.post("/v1/jobs/a/trigger", data=json.dumps(
+            {"slot": slot, "rerun": True, "downstream": True}))).json()
+        assert any(w.startswith(f"still running for slot {slot} below it, on the earlier outcomes: b@{first}")
+                   for w in said["warnings"]), said
+        env.state.apply(commands.complete_many(now, None, worker="w", results=[
+            {"run": b_run["id"], "token": b_run["token"], "success": True}]))
+        while work():
+            pass
+        # Now everything ran: a rerun with downstream opens b and c; c waits for b's new outcome.
+        said = await (await c.post("/v1/jobs/a/trigger", data=json.dumps(
+            {"slot": slot, "rerun": True, "downstream": True}))).json()
+        assert "warnings" not in said, said
+        work(1)  # a's rerun: b runs again (queued), c waits for it
+        view = await (await c.get(f"/v1/runs/c@{first}")).json()
+        assert view["rerun_waiting_for"].startswith(f"waiting for b@{slot}#manual"), view
+        # A triggered job's slot that never ran, "run again": its first run, said so.
+        odd = schedule.iso(first + 500)
+        said = await (await c.post("/v1/jobs/c/trigger", data=json.dumps({"slot": odd, "rerun": True}))).json()
+        assert any(w.startswith(f"slot {odd} had no run of c: this is its first") for w in said["warnings"]), said
+    run(body)

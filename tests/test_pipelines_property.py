@@ -141,6 +141,7 @@ class Run:
         self.raws: dict[str, dict] = {}
         self.names: list[str] = []
         self.extra_slots: set[int] = set()  # instants beside the grid run by hand
+        self.by_hand: set[str] = set()  # runs of a slot run again by hand (the rerun action)
         self.cover: dict[str, dict[int, tuple]] = {}  # child -> slot -> what decided it
         self.known: set[tuple[str, int]] = set()  # the children's entries seen: (id, fired_at)
         self.edges_at: dict[str, int] = {}  # child -> when its edges last changed
@@ -307,6 +308,7 @@ class Run:
                          refusals=("conflict",))
         if res.get("created"):
             self.seen.add("rerun_downstream" if downstream else "rerun")
+            self.by_hand.add(res["run"])  # (asked for: handed its parents' newest outcomes, whatever they are)
 
     def grid(self) -> list[int]:
         """The slots that matter: every job's grid (interval slots from T0) up to the last fire,
@@ -357,7 +359,8 @@ class Run:
                 if x["kind"] == "manual":
                     # A run by hand (its own rules: docs/pipelines.md, "Manual runs"); one a rerun's
                     # downstream made below it has its parents' outcomes: P1 holds for it.
-                    if x.get("upstream") is not None and (rid, x["fired_at"]) not in self.known:
+                    if x.get("upstream") is not None and (rid, x["fired_at"]) not in self.known \
+                            and rid not in self.by_hand and not (cmd["op"] == "trigger_job" and x["job"] == cmd["name"]):
                         self.made(c, x)
                         self.seen.add("ran_downstream")
                     known.add((rid, x["fired_at"]))

@@ -403,3 +403,28 @@ def test_a_job_that_loses_its_parents_while_it_waits_lets_go_of_the_graph_below(
     assert not s.pipes.joins  # c: b's earlier outcome released, none new: not run again
     finish(s, grants["e"], now + 6, True)
     assert lease(s, now + 7) == [] and not s.pipes.joins
+
+
+def test_what_a_rerun_makes_below_is_due_now_and_a_childs_rerun_by_hand_has_its_parents_newest():
+    """A walk: the runs made below a rerun were due at their (past) slot, so a queue's oldest
+    waiting age read a day for a run queued seconds before; and a child's slot run again by hand
+    had no parents' outcomes (ctx.upstream None) where its parents had ended."""
+    s, now = ran_chain(("b", ["a"]), ("c", ["b"]))
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    finish(s, lease(s, now + 2)[0], now + 3, True)
+    made = s.runs[f"b@{S1}#manual"]
+    assert made["due"] == now + 3 and made["slot"] == S1, made
+    by_hand = trigger(s, now + 10, "c", slot=S1, rerun=True)
+    assert [u["run"] for u in s.runs[by_hand["run"]]["upstream"]] == [f"b@{S1}"]  # (b's rerun not ended yet)
+
+
+def test_a_dead_root_requeued_reruns_what_is_below_when_it_ends():
+    """A rerun asked for downstream that died: its requeue carries the downstream on (docs)."""
+    s, now = ran_chain(("b", ["a"]))
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    finish(s, lease(s, now + 2)[0], now + 3, False)
+    root = f"a@{S1}#manual"
+    assert s.runs[root]["state"] == "dead" and f"b@{S1}#manual" not in s.runs
+    assert apply(s, commands.dlq_requeue(now + 4, None, run=root))["ok"]
+    done, _ = drive(s, now + 5)
+    assert done == [root, f"b@{S1}#manual"], done

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import backfill_plan, deadlines, limits, pipelines, snapshot
+from . import backfill_plan, deadlines, limits, pipelines, schedule, snapshot
 from .backfill_plan import (
     ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, BackfillWalk, BulkWalk, bucket_new,
     bucket_take, dead_matching, history_snapshot, job_of, live_active, queue_room,
@@ -659,9 +659,9 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
         ran = [r for r in entries if r.get("kind") != "recorded"]
         if ran and ran[-1]["state"] == "dead":
             dead = ran[-1]["id"]
-            raise Conflict(f"run {dead} of slot {slot} is dead, in its queue's dead-letter queue: requeue it "
-                           f"(POST /v1/dlq/{dead}/requeue) to run the slot again (its children with it, when it "
-                           "propagates)",
+            raise Conflict(f"run {dead} of slot {schedule.iso(slot)} is dead, in its queue's dead-letter queue: "
+                           f"requeue it (raftsched requeue {dead}, POST /v1/dlq/{dead}/requeue) to run the slot "
+                           "again (its children with it, when it propagates)",
                            field="rerun", run=dead)
     else:
         for rid in (base, base + "#manual"):
@@ -685,6 +685,10 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
     run["due"] = now
     if payload_given:
         run["payload"] = payload
+    if rerun and "after" in spec:  # (a child's slot run again: its parents' newest outcomes, as ctx.upstream)
+        up = pipelines.newest_upstream(s, job, slot)
+        if up is not None:
+            run["upstream"] = up
     add_entry(s, job, run)
     enqueue(s, run)
     return ok(job=name, run=rid, state="queued", created=True)

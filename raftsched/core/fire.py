@@ -388,10 +388,11 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
 
 
 # ------------------------------------------------------------------ runs and records
-def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind: str) -> Record:
-    """A run of ``job`` for ``slot`` in the job's queue, or, when the queue is full and rejects,
-    a record of the slot as skipped (``queue_full``). A full ``drop_oldest`` queue drops its
-    oldest queued run first."""
+def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind: str,
+            due: int | None = None) -> Record:
+    """A run of ``job`` for ``slot`` in the job's queue, due at ``due`` (its slot when None), or,
+    when the queue is full and rejects, a record of the slot as skipped (``queue_full``). A full
+    ``drop_oldest`` queue drops its oldest queued run first."""
     spec = job["spec"]
     qname = spec["queue"]
     if spec["executor"]["type"] == "heartbeat":
@@ -423,7 +424,7 @@ def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind:
     run["priority"] = spec["priority"]
     run["tenant"] = spec["tenant"]
     run["fired_at"] = now
-    run["due"] = slot
+    run["due"] = slot if due is None else due
     if kind == "scheduled":
         # Fire lag is a property of the trigger: manual runs (lag 0 by definition) stay out.
         count_fire(job["stats"], lag)

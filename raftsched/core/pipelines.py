@@ -487,10 +487,10 @@ def notify(s: SchedulerState, run: Record, now: int) -> None:
         # A manual run or a backfill's, asked to propagate, for a slot its children may have
         # recorded already (the slot's own run failed): those records are taken back first, so
         # that this outcome decides them again. A child that ran stays run, unless the run is a
-        # rerun's asked for downstream (a trigger's: it has no upstream of its own), whose
-        # outcome opens the graph below it to run again (open_downstream).
+        # trigger's rerun asked for downstream, whose outcome opens the graph below it to run
+        # again (open_downstream; a requeue of it, dead, does the same when it ends).
         rearmed = rearm(s, run, now)
-        if run.get("downstream") is not None and run.get("upstream") is None:
+        if run.get("downstream") is not None:  # (only a trigger's rerun carries it: the root)
             open_downstream(s, run, rearmed, now)
     work: list[tuple[Record, int]] = [(run, now)]
     _drain(s, work, now)
@@ -1128,7 +1128,7 @@ def _create_rerun(s: SchedulerState, child: Record, slot: int, got: dict[str, li
         if work is not None:
             _release(s, c, slot, now, work)
         return None
-    run = fire.new_run(s, child, slot, now, manual_slot_id(s, c, slot), "manual")
+    run = fire.new_run(s, child, slot, now, manual_slot_id(s, c, slot), "manual", due=now)
     run["propagate"] = True  # (set on a full queue's record too: it reaches the children)
     if run["state"] != "queued":
         _cascade(s, run, now, work)
@@ -1790,6 +1790,63 @@ def _parent_run(s: SchedulerState, p: str, slot: int) -> Record | None:
         return r
     again = _unfinished_rerun(s, p, slot, _PARENT_RUN_SCAN)
     return r if again is None else again
+
+
+def downstream_preview(s: SchedulerState, name: str, slot: int,
+                       tenants: frozenset[str] | None) -> tuple[list[str], list[str]]:
+    """What a rerun of job ``name``'s ``slot`` with ``downstream`` leaves below it (a node's
+    warnings, read at the trigger): the runs of the slot still going of the jobs below (they run
+    on the earlier outcomes, and are not run again), and the jobs below of other tenants than
+    ``tenants`` (not reached, nor what is only below them). Up to limits.downstream_jobs_max jobs."""
+    going: list[str] = []
+    other: list[str] = []
+    todo, seen = [name], {name}
+    while todo and len(seen) <= limits.downstream_jobs_max:
+        for c in sorted(s.pipes.children.get(todo.pop(0), ())):
+            job = s.jobs.get(c)
+            if c in seen or job is None:
+                continue
+            seen.add(c)
+            if tenants is not None and job["spec"]["tenant"] not in tenants:
+                other.append(c)
+                continue
+            run = next((x for x in reversed(slot_entries(s, c, slot)) if x["state"] in UNFINISHED), None)
+            if run is not None:
+                going.append(run["id"])
+            todo.append(c)
+    return going, other
+
+
+def rerun_waiting(s: SchedulerState, name: str, slot: int) -> str | None:
+    """What job ``name``'s ``slot`` waits for to run again below a rerun (its rerun join), or None."""
+    j = s.pipes.joins.get(name, {}).get(slot)
+    return None if j is None or "rerun" not in j else waiting_text(waiting_for(s, name, slot))
+
+
+def newest_entry(s: SchedulerState, name: str, slot: int) -> Record | None:
+    """Job ``name``'s newest run of ``slot`` (not a record), or None."""
+    return next((x for x in reversed(slot_entries(s, name, slot)) if x.get("kind") != "recorded"), None)
+
+
+def newest_upstream(s: SchedulerState, job: Record, slot: int) -> list[Record] | None:
+    """A child ``job``'s parents' newest outcomes of ``slot``, as a run's ``upstream`` (those that
+    have one), or None (no parent has one, or ``job`` has no parents): what a rerun of the
+    child's slot by hand is handed (trigger_job_with's ``rerun``), whether or not they meet its
+    edges (the run is asked for; its handler reads what they did)."""
+    got: dict[str, list[Any]] = {}
+    for e in job["spec"].get("after", ()):
+        p = e["job"]
+        if p not in s.jobs:
+            continue
+        ended = [x for x in slot_entries(s, p, slot) if x["state"] not in UNFINISHED and propagates(x)]
+        if ended:  # (the newest that ended, a run of it going again meanwhile or not)
+            x = ended[-1]
+            got[p] = [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
+        else:
+            rec = _slot_outcome(s, p, slot)  # (a recorded range over the slot)
+            if rec is not None:
+                got[p] = rec
+    return upstream_of(got) if got else None
 
 
 def slot_entries(s: SchedulerState, name: str, slot: int) -> list[Record]:

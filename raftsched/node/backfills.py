@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import logging
 
-from ..core import backfill_model, backfill_plan, commands, limits, queries, schedule
+from ..core import backfill_model, backfill_plan, commands, limits, pipelines, queries, schedule
 from ..core.errors import Conflict, InvalidSpec, NotFound, RaftschedError
 from ..core.model import check_name
 from . import limits as node_limits
@@ -305,21 +305,39 @@ class BackfillService:
                                                           name=name, extra=t))
         body = {"job": name, "run": res["run"], "state": res["state"], "created": res.get("created", True)}
         body = self.svc.with_upstream_warning(name, res["run"], self.svc._out(res, body))
+        said = body.setdefault("warnings", [])
+        at = None if "slot" not in t else schedule.iso(t["slot"])
         if not body["created"] and not t.get("rerun") and body["state"] in ("succeeded", "failed", "dead"):
             # The slot's run ended: a trigger of the slot finds it and runs nothing (a walk took
-            # the 200 for a rerun that never came).
-            how = (f"requeue it (POST /v1/dlq/{res['run']}/requeue) to run it again, its children with it"
-                   if body["state"] == "dead" else
+            # the 200 for a rerun that never came). What to do follows the slot's newest run.
+            newest = self.svc.read(pipelines.newest_entry, name, t["slot"]) or {"id": res["run"], "state": res["state"]}
+            how = (f"its newest run {newest['id']} is dead: requeue it (raftsched requeue {newest['id']}) to run the "
+                   "slot again" if newest["state"] == "dead" else
                    "send rerun (raftsched trigger --rerun) to run the slot again, and downstream to run "
                    "again the jobs after it that ran for it")
-            body.setdefault("warnings", []).append(f"slot {schedule.iso(t['slot'])} has its run {res['run']}, which "
-                                                   f"ended {body['state']}: nothing new runs; {how}")
-        elif not body["created"] and t.get("rerun"):
-            body.setdefault("warnings", []).append(
-                f"slot {schedule.iso(t['slot'])} has a run still going, {res['run']} ({body['state']}): nothing new "
-                "runs (a slot runs once at a time)" + (", nor below it" if t.get("downstream") else "")
-                + "; send it again once that run has ended")
+            said.append(f"slot {at} has its run {res['run']}, which ended {body['state']}: nothing new runs; {how}")
+        elif t.get("rerun") and body["created"] and res["run"] == f"{name}@{t['slot']}":
+            said.append(f"slot {at} had no run of {name}: this is its first, not a run again (is it the slot you meant?)")
+        elif t.get("rerun") and not body["created"]:
+            said.append(f"slot {at} has a run still going, {res['run']} ({body['state']}): nothing new runs (a slot "
+                        "runs once at a time)" + (", nor below it" if t.get("downstream") else "")
+                        + "; send it again once that run has ended")
+        if t.get("downstream") and body["created"]:
+            going, other = self.svc.read(pipelines.downstream_preview, name, t["slot"], tenants)
+            if going:
+                said.append(f"still running for slot {at} below it, on the earlier outcomes: {_some(going)}: the rerun "
+                            "does not run them again; rerun them (--rerun --downstream) once they end")
+            if other:
+                said.append(f"jobs below it of other tenants are not run again (nor what is only below them): "
+                            f"{_some(other)}")
+        if not said:
+            del body["warnings"]
         return (201 if body["created"] else 200), body
+
+
+def _some(names: list[str], n: int = 5) -> str:
+    """The first ``n`` of ``names``, and how many more."""
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
 # ------------------------------------------------------------------ the leader's stepper

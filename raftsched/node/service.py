@@ -835,8 +835,9 @@ class Service:
         if run is not None and run.get("upstream") is None:
             parents = ", ".join(e["job"] for e in job["spec"]["after"])
             body["warnings"] = [f"{name} runs after {parents}: this run has no parents' outcomes (ctx.upstream is "
-                                "None, RAFTSCHED_UPSTREAM unset); to run the chain for a slot, trigger or backfill "
-                                f"{parents} with it (--cascade children)"]
+                                "None, RAFTSCHED_UPSTREAM unset); to run the chain for a slot, trigger "
+                                f"{parents} with it (--slot S --propagate, and --rerun --downstream for a slot that "
+                                "ran), or backfill them (--cascade children)"]
         return body
 
     async def ping(self, name: str, body, rid: str | None) -> dict:
@@ -1417,7 +1418,12 @@ class Service:
             run = got
         if run is None:
             raise NotFound(f"no run {run_id!r}", field="run")
-        return self._views([run])[0]
+        view = self._views([run])[0]
+        if run.get("kind") != "waiting" and isinstance(run.get("slot"), int):
+            again = self.read(pipelines.rerun_waiting, run["job"], run["slot"])
+            if again is not None:  # (its slot runs again below a rerun: what for, docs/pipelines.md)
+                view["rerun_waiting_for"] = again
+        return view
 
     def _views(self, runs: list[dict]) -> list[dict]:
         """run_view of each, and ``waiting_for`` on a queued run no live worker may take for its
