@@ -103,7 +103,6 @@ def _words(body: object, field: str, n: int, others: AbstractSet[str] = frozense
     return text
 
 
-
 def validate_pause(body: object) -> str | None:
     """``POST /v1/jobs/{name}/pause``'s optional body -> its ``note``. :raises InvalidSpec:"""
     return _words(body, "note", limits.pause_note_chars_max)
