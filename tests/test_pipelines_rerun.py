@@ -366,7 +366,8 @@ def test_a_long_step_above_does_not_time_out_the_join_below_it():
 def test_a_requeue_above_a_waiting_rerun_join_keeps_it_waiting_for_the_new_outcomes():
     """A second review: d@S1 died (c recorded upstream_failed); a's rerun opened c; then d's
     requeue took c's record back and replaced c's rerun join by one holding b's earlier outcome:
-    c ran on it, and b's new outcome reached nothing."""
+    c ran on it, and b's new outcome reached nothing. The slot is decided again (its record was
+    what it had), by a join that keeps the newest outcomes: it waits for b's and d's."""
     s = chain_state(("a", job_raw(every_s=10)), ("d", job_raw(every_s=10)), ("b", job_raw(after=["a"])),
                     ("c", job_raw(after=["b", "d"])))
     tick(s, S1)
@@ -375,7 +376,7 @@ def test_a_requeue_above_a_waiting_rerun_join_keeps_it_waiting_for_the_new_outco
     trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
     finish(s, lease(s, now + 2)[0], now + 3, True)
     assert apply(s, commands.dlq_requeue(now + 4, None, run=f"d@{S1}"))["ok"]
-    assert "rerun" in s.pipes.joins["c"][S1]
+    assert s.pipes.joins["c"][S1]["got"] == {}  # (neither b's old outcome nor d's dead one)
     done, _ = drive(s, now + 5)
     made = [r for r in s.history["c"] if s.runs[r].get("upstream")]
     assert len(made) == 1, made
@@ -422,3 +423,21 @@ def test_a_dead_root_requeued_reruns_what_is_below_when_it_ends():
     assert apply(s, commands.dlq_requeue(now + 4, None, run=root))["ok"]
     done, _ = drive(s, now + 5)
     assert done == [root, f"b@{S1}#manual"], done
+
+
+def test_a_record_below_a_rerun_that_a_new_outcome_takes_back_is_decided_again():
+    """Found by the property test: c (after b, on failure) had recorded the slot
+    upstream_succeeded; below a's rerun it waited to run again, b's new outcome took the record
+    back (as any propagating run's does) and then did not meet c's edge: the rerun join was
+    dropped, and c's slot was left with no entry at all (P3). It is decided again as any
+    re-armed slot: recorded upstream_succeeded anew."""
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(every_s=10, after=["a"])),
+                    ("c", job_raw(after=[{"job": "b", "on": "failure"}])))
+    tick(s, S1)
+    _, now = drive(s, S1)
+    assert s.runs[f"c@{S1}"]["reason"] == "upstream_succeeded"
+    trigger(s, now + 1, "a", slot=S1, rerun=True, propagate=True, downstream=True)
+    drive(s, now + 2)
+    rec = s.runs[f"c@{S1}"]
+    assert rec["reason"] == "upstream_succeeded" and f"b@{S1}#manual" in rec["error"], rec
+    assert not s.pipes.joins

@@ -1405,13 +1405,14 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             if hist is not None and rid in hist:
                 hist.remove(rid)
             kept = s.pipes.joins.get(c, {}).get(slot)
-            if kept is None or "rerun" not in kept:  # (a rerun join waits for new outcomes already:
-                # kept, the reports of the jobs taken back dropped from it below)
-                join = s.pipes.joins.setdefault(c, {})[slot] = {
-                    "got": _rearmed_got(s, child, slot, rec["upstream"], again), "own": bool(rec.get("own")),
-                    "since": now}
-                if rec.get("held"):  # fired ahead of its job's pause, which still holds it (notify.pause)
-                    join["held"] = True
+            # The slot is to be decided again, as any re-armed one. A rerun join waiting for it (below
+            # a rerun: the record counted as its run) hands on the newest outcomes it holds, not the
+            # record's (the reports of the jobs taken back are dropped from it below).
+            got = dict(kept["got"]) if kept is not None and "rerun" in kept \
+                else _rearmed_got(s, child, slot, rec["upstream"], again)
+            join = s.pipes.joins.setdefault(c, {})[slot] = {"got": got, "own": bool(rec.get("own")), "since": now}
+            if rec.get("held"):  # fired ahead of its job's pause, which still holds it (notify.pause)
+                join["held"] = True
             deadlines.reopen(s, rid)  # (judged missed with the record taken back)
             out.append(rid)
             again.add(c)
