@@ -344,7 +344,7 @@ def _read_back(s: SchedulerState, child: Record, added: list[str], now: int, wor
                 # Its wait counts as _fan's would: from the slot for the slot's own scheduled
                 # run, from now (the report) for any other (a backfill's, a run by hand, a
                 # triggered one).
-                _offer(s, child, p, slot, [x["state"], x["id"], x.get("fencing_token"), x.get("result")], now, work,
+                _offer(s, child, p, slot, report_of(x), now, work,
                        from_slot=_starts_wait_at(x, x["slot"]))
 
 
@@ -394,7 +394,7 @@ def _slot_outcome(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
     backfill's, after the scheduled run or the range that recorded it); None when it has none,
     or one is unfinished (its report is to come)."""
     x = _outcome_in(_slot_outcomes(s, p), slot)
-    return None if x is None else [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
+    return None if x is None else report_of(x)
 
 
 def on_delete(s: SchedulerState, name: str, spec: Record, now: int, unfinished: tuple[int, ...] = ()) -> None:
@@ -672,7 +672,7 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
                 if p != parent and p in s.jobs:
                     x = _outcome_in(_slot_outcomes(s, p), slot)
                     if x is not None:
-                        j["got"][p] = [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
+                        j["got"][p] = report_of(x)
     j["got"][parent] = info
     if bf is not None:
         j["bf"] = bf
@@ -736,7 +736,7 @@ def open_downstream(s: SchedulerState, root: Record, rearmed: list[str], now: in
             if p not in again and p in s.jobs:
                 x = _outcome_in(of(p), slot)
                 if x is not None:
-                    got[p] = [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
+                    got[p] = report_of(x)
         s.pipes.joins.setdefault(child["name"], {})[slot] = {"got": got, "own": True, "since": now, "rerun": down,
                                                             "fresh": []}
     return [c["name"] for c in opened]
@@ -1010,7 +1010,7 @@ def _final_of(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
                 break
     if r is None or r["state"] in UNFINISHED or not propagates(r):
         return None  # (a heartbeat's run waiting for its ping included)
-    return [r["state"], r["id"], r.get("fencing_token"), r.get("result")]
+    return report_of(r)
 
 
 def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
@@ -1270,6 +1270,11 @@ def _cascade(s: SchedulerState, entry: Record, now: int, work: list[tuple[Record
         work.append((entry, now))
     else:
         _drain(s, [(entry, now)], now)
+
+
+def report_of(x: Record) -> list[Any]:
+    """A parent's entry as the report its children's joins keep: ``[state, id, token, result]``."""
+    return [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
 
 
 def upstream_of(got: dict[str, list[Any]]) -> list[Record]:
@@ -1842,7 +1847,7 @@ def newest_upstream(s: SchedulerState, job: Record, slot: int) -> list[Record] |
         ended = [x for x in slot_entries(s, p, slot) if x["state"] not in UNFINISHED and propagates(x)]
         if ended:  # (the newest that ended, a run of it going again meanwhile or not)
             x = ended[-1]
-            got[p] = [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
+            got[p] = report_of(x)
         else:
             rec = _slot_outcome(s, p, slot)  # (a recorded range over the slot)
             if rec is not None:
