@@ -1294,3 +1294,25 @@ def test_a_heartbeat_says_why_the_cluster_ended_a_run_whose_lease_it_lost():
         other_hb = await post(c, path("w2", "heartbeat"), {"leases": [[rid, got[rid]["token"]]]})
         assert other_hb["lost"] == [rid] and "ended" not in other_hb, other_hb
     run(t)
+
+
+def test_a_due_runs_view_says_it_waits_for_a_worker_then_for_a_free_slot():
+    """The answer to "why does nothing run": no live worker serves its queue, then the one that
+    does holds a run in each of its slots; a free slot says nothing (core/worker_queries.py)."""
+    async def t(env, c):
+        await put_job(env, "k", SPEC)
+        first = await trigger(env, "k")
+        view = await (await c.get(f"/v1/runs/{first}", headers=AUTH)).json()
+        assert view["waiting_for"] == ("a worker: no live worker serves queue 'default' and runs python jobs "
+                                       "(GET /v1/workers lists the workers)"), view
+        listed = (await (await c.get("/v1/jobs/k/runs", headers=AUTH)).json())["runs"]
+        assert [r.get("waiting_for") for r in listed] == [view["waiting_for"]]
+        got = (await lease(c, "w1", slots=1, max=1, wait_s=5))["runs"]
+        assert [g["id"] for g in got] == [first]
+        second = await trigger(env, "k")
+        view = await (await c.get(f"/v1/runs/{second}", headers=AUTH)).json()
+        assert view["waiting_for"] == "a free slot: the live worker that may take it (1) holds 1 run(s) in 1 slot(s)"
+        await post(c, path("w1", "complete"), {"results": [{"run": first, "token": got[0]["token"], "success": True}]})
+        view = await (await c.get(f"/v1/runs/{second}", headers=AUTH)).json()
+        assert view["state"] == "queued" and "waiting_for" not in view, view
+    run(t)

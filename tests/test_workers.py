@@ -7,7 +7,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import commands, limits, queries
+from raftsched.core import commands, limits, queries, schedule
 from raftsched.core.model import EXECUTOR_TYPES, validate_job
 from raftsched.core.placement import placement_ok
 from raftsched.core.state import SchedulerState
@@ -536,3 +536,74 @@ def test_ready_for_says_yes_exactly_when_an_acquire_would_grant(placements, labe
                               tuple(dedicated))
     granted = do(s, "acquire", T0 + 1, worker="w", queues=None, max=100, ttl=TTL, types=types)["runs"]
     assert ready == bool(granted)
+
+
+# ---------------------------------------------------------------------------- why a due run waits
+def test_a_due_run_says_it_waits_for_a_worker_when_no_live_worker_serves_its_queue():
+    s = state_with(("any", jspec()))
+    rid = trig(s, "any", T0)
+    want = "a worker: no live worker serves queue 'default' and runs python jobs (GET /v1/workers lists the workers)"
+    assert queries.why_queued_many(s, [rid], T0) == {rid: want}
+    # run.unplaceable's rule is unchanged: a run without placement is not reported for it
+    assert queries.waiting_for_many(s, [rid], T0) == {} and queries.unplaceable(s, T0) == {}
+    hello(s, T0, "w-other", queues=["other"])
+    hello(s, T0, "w-shell", executors=["shell"])
+    hello(s, T0, "w-none", slots=0)
+    assert queries.why_queued_many(s, [rid], T0) == {rid: want}
+    hello(s, T0, "w1")
+    assert queries.why_queued_many(s, [rid], T0) == {}
+    later = T0 + limits.worker_gone_ms + 1  # every worker gone: none again
+    assert queries.why_queued_many(s, [rid], later) == {rid: want}
+
+
+def test_a_due_run_says_it_waits_for_a_free_slot_while_every_worker_that_may_take_it_is_busy():
+    s = state_with(("any", jspec()), ("gpu", placed(pool="gpu")))
+    hello(s, T0, "w1", slots=1)
+    first = trig(s, "any", T0)
+    assert [g["id"] for g in acq(s, T0, "w1", n=1)] == [first]
+    second = trig(s, "any", T0 + 1)
+    assert queries.why_queued_many(s, [second], T0 + 1) == {
+        second: "a free slot: the live worker that may take it (1) holds 1 run(s) in 1 slot(s)"}
+    hello(s, T0 + 1, "w2", slots=2)
+    assert queries.why_queued_many(s, [second], T0 + 1) == {}
+    assert len(acq(s, T0 + 1, "w2", n=1)) == 1
+    third = trig(s, "any", T0 + 2)
+    fourth = trig(s, "any", T0 + 2)
+    assert len(acq(s, T0 + 2, "w2", n=1)) == 1
+    [waits] = [r for r in (third, fourth) if s.runs[r]["state"] == "queued"]
+    busy = "a free slot: every live worker that may take it (2) hold 3 run(s) in 3 slot(s)"
+    assert queries.why_queued_many(s, [third, fourth], T0 + 2) == {waits: busy}
+    # a placement no live worker satisfies says that first, busy or not
+    gpu = trig(s, "gpu", T0 + 2)
+    assert queries.why_queued_many(s, [gpu], T0 + 2) == {gpu: queries.NO_WORKER_MATCHES}
+    # a slot freed: nothing to say
+    res = do(s, "complete_many", T0 + 3, results=[{"run": first, "token": s.runs[first]["fencing_token"],
+                                                   "success": True}], worker="w1")
+    assert outcome_results(res, [first])[0]["ok"]
+    left = [r for r in (third, fourth) if s.runs[r]["state"] == "queued"]
+    assert queries.why_queued_many(s, left, T0 + 3) == {}
+
+
+def test_a_run_not_yet_due_or_not_queued_says_nothing_of_workers():
+    s = state_with(("any", jspec()))
+    rid = trig(s, "any", T0)
+    assert queries.why_queued_many(s, [rid], T0 - 1) == {}  # not due yet at that instant
+    assert queries.why_queued_many(s, ["any@1", "nope"], T0) == {}
+
+
+def test_a_due_run_says_it_waits_for_its_tenants_rate_limit_and_until_when():
+    s = state_with(("t", jspec(tenant="t1")))
+    assert do(s, "put_tenant", T0, name="t1", rate_milli=500, burst=1)["ok"]  # one run every 2 s
+    hello(s, T0, "w1", slots=4)
+    a = trig(s, "t", T0)
+    b = trig(s, "t", T0)
+    assert [g["id"] for g in acq(s, T0, "w1", n=4)] == [a]  # the one token taken
+    assert queries.why_queued_many(s, [b], T0 + 500) == {
+        b: "its tenant's rate limit: tenant 't1' starts at most 0.5 a second, burst 1; its next run may start "
+           "at " + schedule.iso(T0 + 2000)}
+    assert queries.why_queued_many(s, [b], T0 + 2000) == {}
+    assert [g["id"] for g in acq(s, T0 + 2000, "w1", n=4)] == [b]
+    c = trig(s, "t", T0 + 2000)
+    assert do(s, "put_tenant", T0 + 2000, name="t1", rate_milli=0, burst=1)["ok"]
+    assert queries.why_queued_many(s, [c], T0 + 10_000) == {
+        c: "its tenant's rate limit: tenant 't1' may start no run (a rate of 0)"}

@@ -187,6 +187,19 @@ def _decode(data: list[list[Any]]) -> dict[str, Record]:
 EXTENSION = snapshot.register(snapshot.Extension(name="tenant_policies", new=dict, encode=_encode, decode=_decode))
 
 
+def token_due_ms(t: Record, now: int) -> int | None:
+    """When tenant bucket ``t`` (``s.tenants``'s record) next holds a whole token, read at
+    ``now`` without taking one (what :func:`tenant_take` would find): None when it holds one now,
+    -1 when it never will (a rate of 0). Pure: the views' ``waiting_for`` (worker_queries)."""
+    tokens = min(t["burst"] * _MICRO, t["tokens_micro"] + max(0, now - t["last_ms"]) * t["rate_milli"])
+    if tokens >= _MICRO:
+        return None
+    if t["rate_milli"] <= 0 or t["burst"] < 1:
+        return -1
+    at: int = max(now, t["last_ms"]) + -(-(_MICRO - tokens) // t["rate_milli"])
+    return at
+
+
 def tenant_take(s: SchedulerState, tenant: str, now: int) -> bool:
     """Take one token from the tenant's bucket, refilled from ``now``. Integer arithmetic:
     micro-tokens, and rates in tokens per 1000 s, so every replica agrees exactly."""

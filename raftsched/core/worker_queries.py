@@ -11,6 +11,8 @@ from . import limits
 from .ready import Buckets, entries_of
 from .placement import NO_HANDLER as NO_HANDLER, NO_WORKER_MATCHES as NO_WORKER_MATCHES, placement_ok
 from .records import HANDLER_WAITED, Record
+from .schedule import iso
+from .tenants import token_due_ms
 from .workers import DEDICATED, FACTS, TARGETS, TENANTS, is_gone
 
 if TYPE_CHECKING:
@@ -105,21 +107,28 @@ def workers_to_forget(s: SchedulerState, now_ms: int, limit: int) -> list[list[A
 def _live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
     """(queues or None, labels, executors, dedicated, tenants or None, targets or None) of every
     worker that could take a run now: active, not gone, with a slot."""
-    return [(None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]),
-             w.get(DEDICATED, ()), frozenset(w[TENANTS]) if TENANTS in w else None,
-             w.get(TARGETS))  # (the record's list, looked in only for a python run: 128 at most)
-            for w in s.workers.values() if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
+    return [_live(w) for w in s.workers.values() if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
+
+
+def _live(w: Record) -> LiveWorker:
+    return (None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]),
+            w.get(DEDICATED, ()), frozenset(w[TENANTS]) if TENANTS in w else None,
+            w.get(TARGETS))  # (the record's list, looked in only for a python run: 128 at most)
 
 
 def _placeable(live: list[LiveWorker], queue: str, spec: Record, tenant: str, handlers: bool = True) -> bool:
     """Whether some live worker may take a run of ``spec`` in ``queue`` of ``tenant``; with
     ``handlers`` False, whatever the python targets the workers have handlers for."""
-    t = spec["executor"]["type"]
+    return any(_takes(lw, queue, spec, tenant, handlers) for lw in live)
+
+
+def _takes(lw: LiveWorker, queue: str, spec: Record, tenant: str, handlers: bool) -> bool:
+    """Whether live worker ``lw`` may take a run of ``spec`` in ``queue`` of ``tenant`` (:func:`_placeable`)."""
+    qs, labels, ex, ded, ts, tg = lw
     target = spec["executor"].get("target")
-    return any((qs is None or queue in qs) and t in ex and (ts is None or tenant in ts)
-               and (tg is None or target is None or target in tg or not handlers)
-               and placement_ok(spec, labels, ded)
-               for qs, labels, ex, ded, ts, tg in live)
+    return ((qs is None or queue in qs) and spec["executor"]["type"] in ex and (ts is None or tenant in ts)
+            and (tg is None or target is None or target in tg or not handlers)
+            and placement_ok(spec, labels, ded))
 
 
 def _restricted(live: list[LiveWorker]) -> bool:
@@ -316,6 +325,79 @@ def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int,
                spec["executor"].get("target"))
         if key not in memo:
             memo[key] = _why_waiting(live, r["queue"], spec, r["tenant"])
+        why = memo[key]
+        if why is not None:
+            out[rid] = why
+    return out
+
+
+def why_queued_many(s: SchedulerState, run_ids: list[str], now_ms: int) -> dict[str, str]:
+    """What a queued run's view says it waits for (``waiting_for``), for each of ``run_ids`` that
+    waits for something: :func:`waiting_for_many`'s (a worker with its placement's labels, or
+    with its handler) and, for a run whose due has come that no placement keeps back:
+
+    - its tenant's rate limit, when the tenant's bucket holds no token now (acquire passes over
+      its runs until one is refilled: ``tenants.tenant_take``), with when the next one is;
+    - a worker, when no live worker (active, not gone, with a slot) serves its queue and runs its
+      executor type: none registered, every one gone or draining, nodes started with
+      ``--slots 0`` and no worker process, or workers of other queues only;
+    - a free slot, when every live worker that may take it holds as many runs as it has slots.
+
+    Else nothing: a due run some worker with a free slot may take is granted at that worker's
+    next lease request. Only for reading (the views, explain): :func:`waiting_for_many` alone
+    decides what ``run.unplaceable`` reports. One walk of the registry and, once a busy fleet
+    is in question, one of the running runs, per call."""
+    live = _live_workers(s, now_ms)
+    out = waiting_for_many(s, run_ids, now_ms, live)
+    runs, jobs = s.runs, s.jobs
+    fleet: list[tuple[LiveWorker, int, str]] | None = None  # (worker, slots, id) of the live ones
+    held: dict[str, list[str]] | None = None
+    memo: dict[tuple[Any, ...], str | None] = {}
+    for rid in run_ids:
+        if rid in out:
+            continue
+        r = runs.get(rid)
+        if r is None or r["state"] != "queued":
+            continue
+        due = r.get("due", r["slot"])
+        if type(due) is not int or due > now_ms:
+            continue  # not due yet, or held by its job's pause (the view says so)
+        job = jobs.get(r["job"])
+        if job is None:
+            continue
+        spec, tenant = job["spec"], r["tenant"]
+        bucket = s.tenants.get(tenant)
+        if bucket is not None:
+            at = token_due_ms(bucket, now_ms)
+            if at is not None:
+                rate = f"{bucket['rate_milli'] / 1000:g} a second, burst {bucket['burst']}"
+                out[rid] = (f"its tenant's rate limit: tenant {tenant!r} may start no run (a rate of 0)" if at < 0
+                            else f"its tenant's rate limit: tenant {tenant!r} starts at most {rate}; its next "
+                                 f"run may start at {iso(at)}")
+                continue
+        ex = spec["executor"]
+        key = (r["queue"], id(spec.get("placement")), ex["type"], tenant, ex.get("target"))
+        if key not in memo:
+            if fleet is None:
+                fleet = [(_live(w), w["slots"], wid) for wid, w in s.workers.items()
+                         if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
+            takers = [(slots, wid) for lw, slots, wid in fleet if _takes(lw, r["queue"], spec, tenant, True)] \
+                or [(slots, wid) for lw, slots, wid in fleet if _takes(lw, r["queue"], spec, tenant, False)]
+            if not takers:
+                memo[key] = (f"a worker: no live worker serves queue {r['queue']!r} and runs {ex['type']} jobs "
+                             "(GET /v1/workers lists the workers)")
+            else:
+                if held is None:
+                    held = _held_by(s)
+                taken = [len(held.get(wid, ())) for _slots, wid in takers]
+                slots = sum(sl for sl, _wid in takers)
+                if all(n >= sl for n, (sl, _wid) in zip(taken, takers)):
+                    one = len(takers) == 1
+                    memo[key] = (f"a free slot: {'the' if one else 'every'} live worker that may take it "
+                                 f"({len(takers)}) {'holds' if one else 'hold'} {sum(taken)} run(s) in "
+                                 f"{slots} slot(s)")
+                else:
+                    memo[key] = None
         why = memo[key]
         if why is not None:
             out[rid] = why

@@ -1426,8 +1426,9 @@ class Service:
         return view
 
     def _views(self, runs: list[dict]) -> list[dict]:
-        """run_view of each, and ``waiting_for`` on a queued run no live worker may take for its
-        placement (the worker fleet, docs/workers.md) or held by its job's pause."""
+        """run_view of each, and ``waiting_for`` on a queued run held by its job's pause, or that
+        waits for a worker (its placement, its handler, no live worker of its queue, every one
+        that may take it busy) or for its tenant's rate limit (queries.why_queued_many)."""
         out = [run_view(r) for r in runs]
         blocks = self.read(deadlines.slot_views, [r["id"] for r in runs])
         if blocks:
@@ -1445,7 +1446,7 @@ class Service:
             elif r["state"] == "queued":
                 queued.append(r["id"])
         if queued:
-            why = self.read(queries.waiting_for_many, queued, self.clock.now_ms())
+            why = self.read(queries.why_queued_many, queued, self.clock.now_ms())
             for v in out:
                 if v["id"] in why:
                     v["waiting_for"] = why[v["id"]]
