@@ -246,3 +246,12 @@ def counters(state: SchedulerState) -> dict:
             "running": {q: n for q, n in state._running_count.items() if n},
             "running_ids": set(state._running_ids),
             "dead": {q: list(d) for q, d in state._dead.items() if d}}
+
+
+def live_worker(state: SchedulerState, now: int, worker: str = "w-any") -> None:
+    """Register a live worker of every queue and executor type, as a node with slots registers
+    its embedded one: a PUT's answer then has no "queue: no live worker serves queue" warning
+    (node/service.py), for tests of the other warnings on a replica without a worker."""
+    res = apply(state, commands.make("worker_hello", now, None, worker=worker, kind="remote", labels={}, slots=4,
+                                     executors=list(model.EXECUTOR_TYPES), queues=None, version="1", instance="i1"))
+    assert res["ok"], res

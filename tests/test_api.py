@@ -18,6 +18,7 @@ from raftsched.node.trigger import Trigger
 from raftsched.worker.loop import Worker
 
 from fakes import FakeRaft
+from core_helpers import live_worker
 
 TOKEN = "x" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -1172,6 +1173,7 @@ def test_a_heartbeat_job_without_a_deadline_is_accepted_with_a_warning():
     hb = {"schedule": {"every_s": 60}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"}}
 
     async def t(env, c):
+        live_worker(env.state, env.clock.now_ms())  # (the warnings here are not the fleet's)
         r = await put(c, "hb", hb)
         body = await r.json()
         assert r.status == 201 and any(w.startswith("deadline: a heartbeat job without one") for w in body["warnings"])
@@ -1192,6 +1194,7 @@ def test_a_replace_job_without_a_success_deadline_is_accepted_with_a_warning():
     replace = dict(SPEC, overlap={"policy": "replace"})
 
     async def t(env, c):
+        live_worker(env.state, env.clock.now_ms())  # (the warnings here are not the fleet's)
         r = await put(c, "r", replace)
         body = await r.json()
         assert r.status == 201 and body["warnings"][0].startswith("deadline: with overlap replace"), body

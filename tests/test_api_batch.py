@@ -14,6 +14,7 @@ from raftsched.node import limits as node_limits
 from raftsched.core.errors import Indeterminate, Unavailable
 
 from test_api import AUTH, SPEC, Env, err
+from core_helpers import live_worker
 
 AT = {"schedule": {"at": "2099-01-01T00:00:00Z"}, "executor": {"type": "shell", "argv": ["true"]},
       "misfire": {"policy": "skip"}}
@@ -301,6 +302,7 @@ def test_a_dry_run_says_what_each_job_would_become_and_changes_nothing():
     run checks every job as the batch does and answers create, replace (with each changed field,
     both values), unchanged or conflict, proposing nothing."""
     async def t(env, c):
+        live_worker(env.state, env.clock.now_ms())  # (the warnings here are not the fleet's)
         assert (await batch(c, {"same": AT, "moved": CRON})).status == 200
         before = len(env.raft.proposed)
         gens = {n: env.state.jobs[n]["gen"] for n in ("same", "moved")}
@@ -333,6 +335,7 @@ def test_a_dry_run_says_what_each_job_would_become_and_changes_nothing():
 
 def test_a_dry_run_refuses_what_the_batch_refuses_and_reports_conflicts_and_pauses():
     async def t(env, c):
+        live_worker(env.state, env.clock.now_ms())  # (the warnings here are not the fleet's)
         assert (await batch(c, {"b": AT})).status == 200
         before = len(env.raft.proposed)
         bad = dict(AT, misfire={"policy": "sometimes"})

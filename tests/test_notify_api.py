@@ -19,6 +19,7 @@ from raftsched.node.notify import Notifier, one_line, sign
 
 from test_metrics_prom import sample
 from test_auth import BOOT, SPEC, call, new_token, run
+from core_helpers import live_worker
 
 HOOK = {"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "whsec-do-not-show"}}
 
@@ -813,6 +814,7 @@ def test_a_job_routed_to_a_sink_that_does_not_exist_is_accepted_with_a_warning()
     sink's name silently turned alerting off. It is still accepted (a sink may be put after its
     jobs), and the answer says which sinks do not exist yet."""
     async def t(env, c):
+        live_worker(env.state, env.clock.now_ms())  # (the warnings here are not the fleet's)
         s, b = await call(c, "PUT", "/v1/sinks/ops", BOOT, HOOK)
         assert s == 201, b
         s, b = await call(c, "PUT", "/v1/jobs/j", BOOT, dict(SPEC, notify=[{"sink": "ops"}, {"sink": "opz"}]))
@@ -830,6 +832,7 @@ def test_a_batch_warns_of_a_route_to_a_sink_that_does_not_exist_on_that_jobs_res
     warned: a typo in a sink's name turned alerting off for every job of the import. Each job's
     result carries the warnings its PUT would have."""
     async def t(env, c):
+        live_worker(env.state, env.clock.now_ms())  # (the warnings here are not the fleet's)
         assert (await call(c, "PUT", "/v1/sinks/ops", BOOT, HOOK))[0] == 201
         jobs = {"a": dict(SPEC, notify=[{"sink": "ops"}, {"sink": "opz"}]), "b": dict(SPEC, notify=[{"sink": "ops"}]),
                 "c": SPEC}

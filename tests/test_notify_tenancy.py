@@ -7,6 +7,7 @@ docs/security.md)."""
 from __future__ import annotations
 
 from test_auth import BOOT, call, new_token, run
+from core_helpers import live_worker
 
 HOOK = {"type": "webhook", "url": "https://hooks.example.com/x", "secrets": {"signing_key": "k"}}
 MAIL = {"type": "email", "smtp": {"host": "smtp.example.com", "port": 25, "from": "r@example.com",
@@ -62,6 +63,7 @@ def test_a_limited_tokens_warning_is_the_same_for_a_sink_it_cannot_see_as_for_no
     """With acm, a route naming billing's sink (or the admin's) got no warning, and one naming no
     sink got one: the answer told which names another tenant used."""
     async def t(env, c):
+        live_worker(env.state, env.clock.now_ms())  # (the warnings here are not the fleet's)
         acm = await _acm(c)
         bil = (await new_token(c, "operator", tenants=["billing"]))["token"]
         assert (await call(c, "PUT", "/v1/sinks/bil-mail", bil, dict(MAIL, tenant="billing")))[0] == 201
@@ -185,6 +187,7 @@ def test_a_limited_tokens_http_job_at_an_address_its_network_policy_refuses_is_p
     refuses is said at put (PUT and batch alike); a host name is left to the run, which resolves
     it; an admin's job is held to no policy."""
     async def t(env, c):
+        live_worker(env.state, env.clock.now_ms())  # (the warnings here are not the fleet's)
         acm = await _acm(c)
         ex = {"type": "http", "url": "http://127.0.0.1:9/x"}
         s, b = await call(c, "PUT", "/v1/jobs/loop", acm, job(executor=ex))

@@ -445,3 +445,32 @@ def test_a_remote_worker_runs_on_the_cluster_time_its_nodes_answer_with():
             await ch.close()
             await node.close()
     run(t())
+
+
+def test_the_leaders_embedded_worker_says_it_has_no_slot_while_it_runs_nothing():
+    """The leader of a cluster of several runs nothing (EmbeddedChannel.executes): its registry
+    record had its slots all the same, so every reader counted it a free worker (a queued run's
+    waiting_for never said "a free slot" in a cluster whose nodes have slots)."""
+    async def t():
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = SystemClock()
+        ch = EmbeddedChannel(raft, clock, "node-1/1", slots=4, queues=None, allowed_types={"shell"})
+        raft.leader = False
+        await ch.hello()
+        assert state.workers["node-1/1"]["slots"] == 4 and ch.registered()
+        raft.voters = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+        raft.leader = True  # leads a cluster of three: says hello again, with no slot
+        assert not ch.registered()
+        await ch.hello()
+        assert state.workers["node-1/1"]["slots"] == 0 and ch.registered()
+        raft.voters = ["127.0.0.1:1"]  # the others removed: a lone voter executes
+        assert not ch.registered()
+        await ch.hello()
+        assert state.workers["node-1/1"]["slots"] == 4 and ch.registered()
+        lead = EmbeddedChannel(raft, clock, "node-2/1", slots=2, queues=None, allowed_types={"shell"},
+                               execute_on_leader=True)
+        raft.voters = ["127.0.0.1:1", "127.0.0.1:2"]
+        await lead.hello()
+        assert state.workers["node-2/1"]["slots"] == 2
+    asyncio.run(t())

@@ -279,3 +279,52 @@ def test_a_sync_says_when_no_live_worker_of_the_app_has_a_new_jobs_handler():
     assert handler_warnings(Workers([w([old_target, app.jobs["new"].target])]), app, p) == []
     assert "no live worker of app 'reports'" in handler_warnings(Workers([w([old_target], status="gone")]), app, p)[0]
     assert handler_warnings(Workers(error=Forbidden("no read")), app, p) == []  # (a token that may not read)
+
+
+def test_a_busy_worker_with_the_handler_and_a_free_one_without_it_say_what_acquire_does():
+    """A review of why_queued_many: once a worker with the handler existed, only those were
+    counted, so a run said "a free slot" past handler_wait_ms, when a free worker without the
+    handler is granted it (acquire's rule: leases.py)."""
+    s = state_with(("new", py(NEW)), ("fill", py(NEW)))
+
+    def seen(now):  # both live at ``now`` (a worker unseen for worker_gone_ms is gone)
+        res = do(s, "worker_hello", now, None, worker="has", kind="remote", labels={}, slots=1,
+                 executors=["python"], queues=None, version="1.0", instance="i1", targets=[NEW])
+        assert res["ok"]
+        with_targets(s, now, [OLD], worker="lacks")
+
+    seen(T0)
+    busy = trig(s, "fill", T0)
+    assert [g["id"] for g in acq(s, T0, worker="has", n=1)] == [busy]
+    rid = trig(s, "new", T0)
+    due = s.runs[rid]["due"]
+    soon = due + limits.handler_wait_ms - 1
+    seen(soon)
+    assert queries.why_queued_many(s, [rid], soon) == {
+        rid: "a free slot: the live worker that may take it (1) holds 1 run(s) in 1 slot(s)"}
+    assert acq(s, soon, worker="lacks") == []  # what the view said: it waits for "has"
+    later = due + limits.handler_wait_ms
+    seen(later)
+    assert queries.why_queued_many(s, [rid], later) == {}
+    assert [g["id"] for g in acq(s, later, worker="lacks")] == [rid]  # what the view said: nothing keeps it
+
+
+def test_many_workers_alike_are_judged_as_one_group_with_the_same_answers():
+    """why_queued_many groups the live workers by their facts (a fleet of one app's thousand
+    workers is one): the answers are what worker-by-worker counting gives."""
+    s = state_with(("a", py(NEW)), ("b", py(NEW, tenant="t2")))
+    for k in range(50):
+        with_targets(s, T0, [NEW], worker=f"w{k:02d}")
+    ids = [trig(s, "a", T0) for _ in range(200)]
+    got = []
+    for k in range(50):
+        got += acq(s, T0, worker=f"w{k:02d}", n=4)
+    assert len(got) == 200
+    more = trig(s, "b", T0 + 1)
+    assert queries.why_queued_many(s, [more], T0 + 1) == {
+        more: "a free slot: every live worker that may take it (50) hold 200 run(s) in 200 slot(s)"}
+    g = got[0]
+    res = do(s, "complete_many", T0 + 2, results=[{"run": g["id"], "token": g["token"], "success": True}],
+             worker=g["worker"] if "worker" in g else s.runs[g["id"]]["worker"])
+    assert res["ok"] and s.runs[ids[0]]["state"] == "succeeded"
+    assert queries.why_queued_many(s, [more], T0 + 2) == {}

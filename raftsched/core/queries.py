@@ -992,7 +992,8 @@ from .worker_queries import (  # noqa: E402,F401
     workers, worker, worker_record, workers_to_forget,
     unplaceable, unplaceable_inputs, unplaceable_walk, heaps_copy, waiting_for, waiting_for_many, waits_for_worker,
     why_queued_many, live_workers, labels_none_carries, fleet_gauges,
-    ready_for, ready_count, ready_scan, applied_count, next_due_ms, NO_WORKER_MATCHES, NO_HANDLER, drains_count,
+    ready_for, ready_count, ready_scan, applied_count, next_due_ms, NO_WORKER_MATCHES, NO_HANDLER, NO_LIVE_WORKER,
+    drains_count,
     draining_among,
 )
 

@@ -1461,6 +1461,12 @@ def _worker_warnings(spec: dict, waits: str | None, live: list | None = None) ->
     ``live`` workers, it names the labels of the placement none of them carries (a typo's)."""
     if waits is None:
         return []
+    tenant = spec["tenant"]
+    if waits == queries.NO_LIVE_WORKER:
+        # (not reported by run.unplaceable: a run's view says it, and the fleet's metrics)
+        return [f"queue: no live worker serves queue {spec['queue']!r} for {spec['executor']['type']} runs (none "
+                f"registered, or each one gone, draining, of 0 slots or of other queues): its runs wait queued until "
+                f"one registers; GET /v1/workers lists the workers"]
     later = (f"run.unplaceable tells of a run that waited {limits.unplaceable_report_ms // 1000} s; "
              "GET /v1/workers lists the live workers and their labels")
     if waits == queries.NO_HANDLER:
@@ -1473,7 +1479,6 @@ def _worker_warnings(spec: dict, waits: str | None, live: list | None = None) ->
             + (f" (none carries {', '.join(nobody)})" if nobody else "") if labels
             else "takes runs without a placement (the live ones are dedicated to their labels, limited to tenants "
                  "or to their app's handlers)")
-    tenant = spec["tenant"]
     return [f"{'placement' if labels else 'queue'}: no live worker serving queue {spec['queue']!r} "
             f"for {spec['executor']['type']} runs{'' if tenant == 'default' else f' of tenant {tenant!r}'} "
             f"{what}: its runs wait queued until one registers; {later}"]

@@ -1273,10 +1273,22 @@ class EmbeddedChannel:
         self.queues = queues
         self.execute_on_leader = execute_on_leader
         self.single_node = single_node
-        #: what this worker says of itself (core/workers.py FACTS); the instance is this process
-        self.facts = {"kind": "embedded", "labels": dict(sorted((labels or {}).items())), "slots": slots,
-                      "executors": sorted(allowed_types), "queues": queues, "version": VERSION,
-                      "instance": uuid.uuid4().hex[:16]}
+        #: what this worker says of itself (core/workers.py FACTS), but its slots (``facts``); the
+        #: instance is this process
+        self._facts = {"kind": "embedded", "labels": dict(sorted((labels or {}).items())), "slots": slots,
+                       "executors": sorted(allowed_types), "queues": queues, "version": VERSION,
+                       "instance": uuid.uuid4().hex[:16]}
+
+    @property
+    def facts(self) -> dict:
+        """What it says of itself: its slots are 0 while it runs nothing (``executes``: its node
+        leads a cluster of several), so that the registry, and what reads it (placement's
+        judgements, a PUT's warnings, a queued run's ``waiting_for``), does not count the
+        leader's worker as one free to take runs. The heartbeat loop's ``registered`` sees the
+        change within a heartbeat and says hello again (one command a change of leader a node)."""
+        if self.executes():
+            return self._facts
+        return dict(self._facts, slots=0)
 
     async def hello(self) -> None:
         await self._propose(commands.worker_hello(self.clock.now_ms(), worker=self.worker_id, facts=self.facts))
