@@ -1299,3 +1299,24 @@ def test_a_job_cancel_whose_command_fails_says_what_the_others_ended(monkeypatch
         again = await (await c.post("/v1/jobs/p/cancel")).json()
         assert again["cancelled"] == 1 and again["more"] is False, again  # asked again: the rest
     run(t)
+
+
+def test_a_put_says_when_no_live_worker_serves_its_queue_and_not_once_one_does():
+    """Nodes of --slots 0 and no worker process yet (or each one gone): a plain job's runs wait
+    queued, and nothing said so at its PUT; its runs' views now say it too (why_queued_many)."""
+    async def t(env, c):
+        want = ("queue: no live worker serves queue 'default' for shell runs (none registered, or each one gone, "
+                "draining, of 0 slots or of other queues): its runs wait queued until one registers; GET /v1/workers "
+                "lists the workers")
+        r = await put(c, "plain", SPEC)
+        assert r.status == 201 and (await r.json())["warnings"] == [want]
+        r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"b1": SPEC, "b2": SPEC}}))
+        assert [j["warnings"] for j in (await r.json())["jobs"].values()] == [[want], [want]]
+        hb = dict(SPEC, executor={"type": "heartbeat"}, deadline={"start_within_s": 60})
+        r = await put(c, "beat", hb)  # pinged, not leased: no worker to wait for
+        assert r.status == 201 and "warnings" not in await r.json()
+        live_worker(env.state, env.clock.now_ms())
+        env.clock.advance(1_100)  # (the node reads the workers for this at most once a second)
+        r = await put(c, "plain", SPEC)
+        assert r.status == 200 and "warnings" not in await r.json()
+    run(t)
