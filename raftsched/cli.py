@@ -385,7 +385,10 @@ def _graph(args, client) -> int:
     if output_format() != "table":  # -o json|yaml, or a pipe: the answer, as every command's
         return show(g)
     kinds = {n["job"]: n["kind"] for n in g["nodes"]}
-    print(f"{g['job']} ({kinds.get(g['job'])}): {len(g['parents'])} upstream, {len(g['children'])} downstream")
+    hidden = g.get("not_shown")
+    print(f"{g['job']} ({kinds.get(g['job'])}): {len(g['parents'])} upstream, {len(g['children'])} downstream"
+          + (f" ({hidden} job(s) of other tenants in its graph not shown, nor what is reached through them)"
+             if hidden else ""))
     def mark(j: str) -> str:
         # (a parent that does not exist, deleted or not made yet, says so: a walk read a deleted
         # parent's edge as a live one)

@@ -1078,6 +1078,16 @@ def test_a_pipeline_across_tenants_names_no_other_tenants_job_to_a_limited_token
         s, b = await call(c, "POST", f"/v1/dlq/{dead}/requeue", tok)
         assert s == 200 and all(not r.startswith("beta") for r in b.get("rearmed", [])), b
         assert sorted(r.rpartition("@")[0] for r in b["rearmed"]) == ["a-child", "a-grandchild"], b
+        # The graph walks its tenants' jobs only: a-grandchild runs after a-parent through beta's
+        # job, which it was listed upstream of with no edge; now left out, and counted.
+        s, g = await call(c, "GET", "/v1/jobs/a-grandchild/graph", tok)
+        assert s == 200 and (g["parents"], g["edges"], g["not_shown"]) == ([], [], 2), g
+        assert [n["job"] for n in g["nodes"]] == ["a-grandchild"], g
+        s, g = await call(c, "GET", "/v1/jobs/a-parent/graph", tok)
+        assert (g["children"], g["not_shown"]) == (["a-child"], 2), g
+        assert g["edges"] == [{"from": "a-parent", "to": "a-child", "on": "success"}], g
+        s, g = await call(c, "GET", "/v1/jobs/a-parent/graph")  # an admin sees all of it
+        assert g["children"] == ["a-child", "a-grandchild", "beta-secret-child"] and "not_shown" not in g, g
     run(t)
 
 

@@ -381,6 +381,14 @@ def test_graph_text_says_a_parent_is_missing(run, capsys):
     assert rc == 0 and "p1 (missing: no such job) -> [c1]" in out, out
 
 
+def test_graph_text_says_how_many_jobs_of_other_tenants_it_leaves_out(run, capsys):
+    g = {"job": "c1", "parents": [], "children": [], "nodes": [{"job": "c1", "kind": "triggered"}], "edges": [],
+         "not_shown": 2}
+    rc, _ = run(["graph", "c1", "-o", "table"], {"graph": g})
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("c1 (triggered): 0 upstream, 0 downstream (2 job(s) of other tenants"), out
+
+
 def test_an_unknown_flag_shows_the_commands_usage(capsys):
     """A walk: `raftsched runs NAME --bogus` printed the usage of all forty commands."""
     from raftsched import cli

@@ -1388,12 +1388,20 @@ class Service:
         if g is None:
             raise NotFound(f"no job named {name!r}", field="name")
         if tenants is not None:
+            # Its tenants' jobs, and the walk through them only: a job of theirs reached through
+            # another tenant's (an admin's edge) was listed upstream with no edge to it. How many
+            # are left out is said, as a refused delete says its dependents of other tenants.
             seen = {n["job"] for n in g["nodes"] if (j := self.read(queries.job, n["job"])) is not None
                     and j["spec"]["tenant"] in tenants}
-            g["nodes"] = [n for n in g["nodes"] if n["job"] in seen]
-            g["edges"] = [e for e in g["edges"] if e["from"] in seen and e["to"] in seen]
-            g["parents"] = [n for n in g["parents"] if n in seen]
-            g["children"] = [n for n in g["children"] if n in seen]
+            edges = [e for e in g["edges"] if e["from"] in seen and e["to"] in seen]
+            up, down = _reach(name, edges, "to", "from"), _reach(name, edges, "from", "to")
+            kept = up | down | {name}
+            others = len(g["nodes"]) - len(kept)
+            g["nodes"] = [n for n in g["nodes"] if n["job"] in kept]
+            g["edges"] = [e for e in edges if e["from"] in kept and e["to"] in kept]
+            g["parents"], g["children"] = sorted(up), sorted(down)
+            if others:
+                g["not_shown"] = others
         return g
 
     def list_runs(self, state_filter: str | None, limit: int, tenants: frozenset | None = None,
@@ -1451,6 +1459,20 @@ class Service:
                 if v["id"] in why:
                     v["waiting_for"] = why[v["id"]]
         return out
+
+
+def _reach(name: str, edges: list[dict], here: str, there: str) -> set[str]:
+    """The jobs reached from ``name`` along ``edges`` (each ``{"from", "to"}``), from ``here`` to
+    ``there`` (``to``, ``from``: its parents, transitively; ``from``, ``to``: its children)."""
+    out: set[str] = set()
+    todo = [name]
+    while todo:
+        j = todo.pop()
+        for e in edges:
+            if e[here] == j and e[there] not in out and e[there] != name:
+                out.add(e[there])
+                todo.append(e[there])
+    return out
 
 
 def _worker_warnings(spec: dict, waits: str | None, live: list | None = None) -> list[str]:
