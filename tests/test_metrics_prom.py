@@ -87,6 +87,8 @@ def test_metrics_pass_promtool_and_count_records_starts_completions_requests_and
                 assert (await r.json())["results"][0]["ok"]
                 assert (await c.get("/v1/jobs/nope")).status == 404
                 assert (await c.get("/nowhere")).status == 404
+                # the dashboard's redirect is raised, not returned: counted as a 500 (a walk)
+                assert (await c.get("/ui", allow_redirects=False)).status == 308
                 text = await (await c.get("/metrics")).text()
         finally:
             fleet_task.cancel()
@@ -116,6 +118,8 @@ def test_metrics_pass_promtool_and_count_records_starts_completions_requests_and
     assert sample(text, "raftsched_api_requests_total", method="PUT", route="/v1/jobs/{name}", status=201) == 3
     assert sample(text, "raftsched_api_requests_total", method="GET", route="/v1/jobs/{name}", status=404) == 1
     assert sample(text, "raftsched_api_requests_total", method="GET", route="unmatched", status=404) == 1
+    assert sample(text, "raftsched_api_requests_total", method="GET", route="/ui", status=308) == 1
+    assert sample(text, "raftsched_api_requests_total", method="GET", route="/ui", status=500) is None
     assert sample(text, "raftsched_read_barrier_seconds_count") == 1
     # The collections are CPython's own count since the process started, never a stale 0.
     assert sample(text, "raftsched_gc_collections_total", generation=2) is None  # no GcPauses in this app

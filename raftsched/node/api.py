@@ -255,6 +255,11 @@ async def audit_middleware(request: web.Request, handler):
         resp = await handler(request)
         status = resp.status
         return resp
+    except web.HTTPException as e:
+        # raised, not returned: a redirect (the dashboard's /ui -> /ui/), or aiohttp's own 404 or
+        # 405; counted as the status it answers, not as a 500 (a false 5xx in the metrics)
+        status = e.status
+        raise
     finally:
         log_ = request.app.get(AUDIT)
         if log_ is not None:
