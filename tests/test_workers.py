@@ -607,3 +607,22 @@ def test_a_due_run_says_it_waits_for_its_tenants_rate_limit_and_until_when():
     assert do(s, "put_tenant", T0 + 2000, name="t1", rate_milli=0, burst=1)["ok"]
     assert queries.why_queued_many(s, [c], T0 + 10_000) == {
         c: "its tenant's rate limit: tenant 't1' may start no run (a rate of 0)"}
+
+
+def test_a_due_run_says_when_the_only_workers_free_to_take_it_have_gone_quiet():
+    """A walk: a worker SIGKILLed while its run ran; the lease expired and the run was queued
+    again, due, saying nothing for ~18 s, as the dead worker still counted live and free until
+    it was gone (30 s unseen)."""
+    s = state_with(("any", jspec()))
+    hello(s, T0, "w1")
+    rid = trig(s, "any", T0)
+    assert queries.why_queued_many(s, [rid], T0 + limits.worker_quiet_ms - 1) == {}
+    quiet = T0 + limits.worker_quiet_ms
+    assert queries.why_queued_many(s, [rid], quiet) == {
+        rid: "a worker: the live worker(s) with a free slot that may take it (w1) were not seen for 12 s or more "
+             "(a worker unseen for 30 s is gone)"}
+    hello(s, quiet, "w2")  # one seen now: nothing keeps it back
+    assert queries.why_queued_many(s, [rid], quiet) == {}
+    assert queries.why_queued_many(s, [rid], quiet + 5_000) == {}  # (w2 seen 5 s ago)
+    assert queries.why_queued_many(s, [rid], quiet + limits.worker_quiet_ms)[rid].startswith(
+        "a worker: the live worker(s) with a free slot that may take it (w1, w2) were not seen for 12 s")

@@ -400,6 +400,11 @@ assert (worker_targets_max * (worker_target_chars_max + 2) + worker_labels_max *
 #: last_seen, in state time. Nodes report their connected workers every few seconds
 #: (node/limits.py workers_seen_interval_s), so only a worker that stopped is ever gone.
 worker_gone_ms = 30_000
+#: A worker unseen this long, though not gone yet, is no free worker to a queued run's
+#: ``waiting_for`` (core/worker_queries.py why_queued_many): a live worker is seen every few
+#: seconds (its lease requests and heartbeats, or a node's report of it), so one quiet this long
+#: has most likely stopped, and a run it could take says so rather than nothing until it is gone.
+worker_quiet_ms = 12_000
 #: A worker gone this long is forgotten (the leader's forget_workers): operators see a dead worker
 #: for an hour, and a fleet whose ids change with every restart keeps the registry small.
 worker_forget_ms = 3_600_000
@@ -409,6 +414,7 @@ workers_seen_ids_max = 1000
 forget_workers_max = 500
 
 assert worker_forget_ms > worker_gone_ms > 2 * lease_ttl_ms_min
+assert worker_gone_ms > worker_quiet_ms
 assert worker_labels_max * 2 * (worker_label_chars_max + 2) < job_spec_bytes_max // 4
 assert (token_tenants_max * (tenant_name_chars_max + 2) + token_workers_max * (worker_id_chars_max + 2)
         + token_note_chars_max + 512 < command_bytes_max)

@@ -412,6 +412,16 @@ def why_queued_many(s: SchedulerState, run_ids: list[str], now_ms: int) -> dict[
                              "(GET /v1/workers lists the workers)")
             elif any(g.free for g in takers):
                 memo[key] = None
+            elif any(g.quiet for g in takers):
+                # free slots only on workers not seen for a while: most likely stopped (a SIGKILL,
+                # a lost machine), counted live until they are gone
+                quiet = sorted(w for g in takers for w in g.quiet)
+                ago = (now_ms - quiet[-1][0]) // 1000
+                names = ", ".join(wid for _seen, wid in quiet[:3]) + (f" and {len(quiet) - 3} more"
+                                                                       if len(quiet) > 3 else "")
+                memo[key] = (f"a worker: the live worker(s) with a free slot that may take it ({names}) were not "
+                             f"seen for {ago} s or more (a worker unseen for {limits.worker_gone_ms // 1000} s is "
+                             "gone)")
             else:
                 n = sum(g.n for g in takers)
                 held, slots = sum(g.held for g in takers), sum(g.slots for g in takers)
@@ -427,12 +437,14 @@ class _Group:
     """Live workers that take the same runs (the same facts, as _live tuples them): how many,
     their slots and held runs together, and whether one of them has a free slot."""
 
-    __slots__ = ("worker", "n", "slots", "held", "free")
+    __slots__ = ("worker", "n", "slots", "held", "free", "quiet")
 
     def __init__(self, worker: LiveWorker) -> None:
         self.worker = worker
         self.n = self.slots = self.held = 0
-        self.free = False
+        self.free = False  # a worker seen lately with a free slot
+        #: (last_seen, id) of its workers with a free slot not seen for limits.worker_quiet_ms
+        self.quiet: list[tuple[int, str]] = []
 
 
 def _groups(s: SchedulerState, now_ms: int) -> list[_Group]:
@@ -459,7 +471,10 @@ def _groups(s: SchedulerState, now_ms: int) -> list[_Group]:
         g.slots += w["slots"]
         g.held += n
         if n < w["slots"]:
-            g.free = True
+            if now_ms - w["last_seen"] < limits.worker_quiet_ms:
+                g.free = True
+            else:
+                g.quiet.append((w["last_seen"], wid))
     return list(out.values())
 
 

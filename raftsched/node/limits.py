@@ -208,6 +208,7 @@ dispatch_full_look_s = 1.0
 dispatch_batch_max = 32
 
 assert workers_seen_interval_s * 3 * 1000 < core.worker_gone_ms
+assert workers_seen_interval_s * 2 * 1000 < core.worker_quiet_ms  # a live worker is never quiet
 assert 0 < dispatch_poll_s < dispatch_empty_backoff_s < dispatch_retry_s
 
 # API ----------------------------------------------------------------------------------------
