@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.clock import FakeClock
+from raftsched.core import commands
 from raftsched.core.state import SchedulerState
 from raftsched.node.api import make_app
 from raftsched.node.metrics import NodeMetrics
@@ -1319,4 +1320,26 @@ def test_a_put_says_when_no_live_worker_serves_its_queue_and_not_once_one_does()
         env.clock.advance(1_100)  # (the node reads the workers for this at most once a second)
         r = await put(c, "plain", SPEC)
         assert r.status == 200 and "warnings" not in await r.json()
+    run(t)
+
+
+def test_a_delete_says_what_runs_went_with_the_job_and_warns_of_a_running_one():
+    """A walk: DELETE of a job whose run was running answered {"job", "deleted": true}; the run
+    was killed by its worker and its record was gone, and nothing had said so."""
+    async def t(env, c):
+        assert (await put(c, "j", SPEC)).status == 201
+        for _ in range(2):
+            assert (await c.post("/v1/jobs/j/trigger")).status in (200, 201)
+        now = env.clock.now_ms()
+        got = env.state.apply(commands.acquire(now, worker="t", queues=None, max=1, ttl=30_000, types=None))["runs"]
+        assert len(got) == 1
+        r = await c.delete("/v1/jobs/j", headers=dict(AUTH, **{"Idempotency-Key": "del-1"}))
+        body = await r.json()
+        assert r.status == 200 and body["runs_ended"] == {"queued": 1, "running": 1, "dead": 0}, body
+        assert body["warnings"][0].startswith("1 running run(s) lost their lease with the job"), body
+        again = await (await c.delete("/v1/jobs/j", headers=dict(AUTH, **{"Idempotency-Key": "del-1"}))).json()
+        assert again["runs_ended"] == body["runs_ended"] and again["duplicate"] is True, again
+        assert (await put(c, "k", SPEC)).status == 201
+        r = await c.delete("/v1/jobs/k")
+        assert await r.json() == {"job": "k", "deleted": True}
     run(t)

@@ -292,7 +292,8 @@ def test_delete_takes_every_run_of_the_job_out_of_its_indexes():
     assert {r["state"] for r in runs_of(s, "a")} == {"dead", "running", "queued"} and g2
     assert counters(s)["dead"] and counters(s)["running"]
     res = apply(s, make("delete_job", T0 + 31 * SEC, name="a"))
-    assert res == {"ok": True, "job": "a", "deleted": True}
+    # (what went with it, for its answer: a walk saw a running run killed and nothing said so)
+    assert res == {"ok": True, "job": "a", "deleted": True, "runs_ended": {"queued": 1, "running": 1, "dead": 1}}
     assert "a" not in s.jobs and "a" not in s.history
     assert not [r for r in s.runs.values() if r["job"] == "a"]
     assert counters(s) == counters(restored(s))

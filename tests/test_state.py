@@ -150,7 +150,7 @@ def test_delete_job_removes_job_history_runs_and_queue_depth():
     tick(s, T0 + 30 * SEC)
     assert queries.queue_depth(s, "default") == 6
     res = apply(s, commands.make("delete_job", T0 + 31 * SEC, None, name="a"))
-    assert res == {"ok": True, "job": "a", "deleted": True}
+    assert res == {"ok": True, "job": "a", "deleted": True, "runs_ended": {"queued": 3, "running": 0, "dead": 0}}
     assert "a" not in s.jobs and "a" not in s.history
     assert not any(r["job"] == "a" for r in s.runs.values())
     assert queries.queue_depth(s, "default") == 3 == queued_count(s, "default")

@@ -404,7 +404,7 @@ def _job(s: SchedulerState, cmd: Command) -> Record:
 def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``delete_job {name, force?}``: the job and its history go; its queued runs leave their queues,
     its running runs lose their leases (their heartbeats and completions are refused), its dead
-    runs leave the DLQ. A job other jobs run after (pipelines) is deleted only with ``force``:
+    runs leave the DLQ; the result counts them (``runs_ended``, when any). A job other jobs run after (pipelines) is deleted only with ``force``:
     then the slots its children wait on it for are recorded ``dependency_missing``.
 
     :raises NotFound: no such job. :raises Conflict: it has dependents and no ``force``."""
@@ -415,20 +415,24 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     doomed = of_deleted_job(s, name)
     unfinished: set[int] = set()  # the slots of its runs taken before their final outcome (pipelines)
     has_children = name in s.pipes.children
+    queued = running = dead = 0
     for rid in s.history.pop(name, []):
         run = s.runs.pop(rid, None)
         if has_children and run is not None and run["state"] in UNFINISHED and pipelines_propagates(run):
             unfinished.add(run["slot"])
         if run is not None and run["state"] == "queued":
             s._queue_depth[run["queue"]] = s._queue_depth.get(run["queue"], 1) - 1
+            queued += 1
         elif run is not None and run["state"] == "running" and rid in s._running_ids:
             # Its lease dies with it (a heartbeat job's started run holds none): the worker's heartbeat and completion are refused.
             s._running_count[run["queue"]] = s._running_count.get(run["queue"], 1) - 1
             s._running_ids.pop(run["id"], None)
+            running += 1
         elif run is not None and run["state"] == "dead":
             # Out of its queue's DLQ index too: a stale id there would count against
             # dlq_per_queue_max (and purge a live dead run early) on this replica only.
             remove_dead(s, run)
+            dead += 1
     if job["paused"]:
         s._paused_count -= 1
         s.pauses.pop(name, None)
@@ -449,6 +453,9 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     s.health.pop(name, None)
     if name in s.pipes.children or "after" in job["spec"] or name in s.pipes.joins:
         on_delete(s, name, job["spec"], now, tuple(sorted(unfinished)))
+    if queued or running or dead:
+        # What went with it, for its answer (a walk: a running run killed, and nothing said so)
+        return ok(job=name, deleted=True, runs_ended={"queued": queued, "running": running, "dead": dead})
     return ok(job=name, deleted=True)
 
 

@@ -781,7 +781,15 @@ class Service:
                                "dependency_missing)", field="name", dependents=shown[:100])
         res = await self.propose(commands.delete_job(self.clock.now_ms(), rid or new_request_id(), name=name,
                                                      force=force))
-        return self._out(res, {"job": name, "deleted": True})
+        body: dict = {"job": name, "deleted": True}
+        ended = res.get("runs_ended")
+        if ended:
+            body["runs_ended"] = ended
+            if ended.get("running"):
+                body["warnings"] = [f"{ended['running']} running run(s) lost their lease with the job: each one's worker "
+                                    "stops it (a shell, python or http run is killed) and it is not run again; its "
+                                    "record went with the job's history"]
+        return self._out(res, body)
 
     async def pause_job(self, name: str, rid: str | None, by: str | None = None, note: str | None = None) -> dict:
         """Pause a job; ``by`` (the token id) and ``note`` are kept as why, shown by GET."""
