@@ -28,6 +28,7 @@ from typing import Any
 from .client import Client
 from .client.core import LockHeld
 from .client.policy import LOCK_TTL_S_DEFAULT
+from .core.schedule import iso
 
 #: ``raftsched lock``'s status when the command did not run: the lock is another's (EX_TEMPFAIL).
 EXIT_HELD = 75
@@ -146,7 +147,9 @@ def run_locked(a, c: Client) -> int:
                 lease = lock.acquire()
             phase[0] = "starting"
         except LockHeld as e:
-            until = f" (its lease ends at {e.expires_at_ms} ms unless renewed)" if e.expires_at_ms else ""
+            # (an instant, as every answer gives one: a walk read "ends at 1796683716107 ms")
+            until = (f" (its lease ends at {iso(e.expires_at_ms)} unless renewed)"
+                     if isinstance(e.expires_at_ms, int) and e.expires_at_ms > 0 else "")
             waited = f" after waiting {a.timeout:g} s" if a.wait else ""
             _say(f"lock {a.name!r} is held by {e.holder!r}{until}{waited}: the command did not run")
             return EXIT_HELD

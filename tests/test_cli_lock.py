@@ -4,6 +4,7 @@ cluster's locks, as flock(1) on one host (raftsched/lock_cli.py); ``lock-show`` 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,6 +60,8 @@ def test_a_lock_another_holds_runs_nothing_and_says_who_then_lock_release_frees_
     for extra in ((), ("--wait", "--timeout", "1")):
         p = cli(node, "lock", "report", *extra, "--", "touch", str(marker))
         assert p.returncode == EXIT_HELD and "held by 'host-b'" in p.stderr, (extra, p.stderr)
+        # when its lease ends, as an instant (a walk read "ends at 1796683716107 ms")
+        assert re.search(r"its lease ends at \d{4}-\d\d-\d\dT[0-9:.]+Z unless renewed", p.stderr), p.stderr
         assert not marker.exists(), "the command did not run"
     p = cli(node, "lock-show", "report", "-o", "json")
     assert p.returncode == 0 and f'"token": {token}' in p.stdout and "host-b" in p.stdout, p.stdout
