@@ -1343,3 +1343,26 @@ def test_a_delete_says_what_runs_went_with_the_job_and_warns_of_a_running_one():
         r = await c.delete("/v1/jobs/k")
         assert await r.json() == {"job": "k", "deleted": True}
     run(t)
+
+
+def test_a_tenants_tokens_are_its_bucket_as_of_the_read():
+    """A walk: tokens read 0.51 2.5 s after a hand-out at 0.2 a second: the bucket as the last
+    take, granted or refused, left it, which reads as a bucket filling between reads. Now the
+    bucket at the time of the read, refilled up to it (tenants.tokens_at)."""
+    async def t(env, c):
+        r = await c.put("/v1/tenants/t1", data=json.dumps({"rate_per_s": 0.5, "burst": 2}))
+        assert r.status == 200, await r.text()
+        assert (await put(c, "j", dict(SPEC, tenant="t1"))).status == 201
+        for _ in range(2):
+            assert (await c.post("/v1/jobs/j/trigger")).status in (200, 201)
+        now = env.clock.now_ms()
+        got = env.state.apply(commands.acquire(now, worker="t", queues=None, max=5, ttl=30_000, types=None))["runs"]
+        assert len(got) == 2  # the bucket's two tokens
+        tokens = lambda b: b["tokens"]  # noqa: E731
+        assert tokens(await (await c.get("/v1/tenants/t1")).json()) == 0
+        env.clock.advance(1_000)
+        assert tokens(await (await c.get("/v1/tenants/t1")).json()) == 0.5
+        env.clock.advance(10_000)  # full: at most its burst
+        listed = (await (await c.get("/v1/tenants")).json())["tenants"]
+        assert [tokens(x) for x in listed if x["name"] == "t1"] == [2.0]
+    run(t)

@@ -187,11 +187,18 @@ def _decode(data: list[list[Any]]) -> dict[str, Record]:
 EXTENSION = snapshot.register(snapshot.Extension(name="tenant_policies", new=dict, encode=_encode, decode=_decode))
 
 
+def tokens_at(t: Record, now: int) -> int:
+    """The micro-tokens tenant bucket ``t`` holds at ``now``, refilled up to it as
+    :func:`tenant_take` would, without taking one. Pure (a read's)."""
+    held: int = min(t["burst"] * _MICRO, t["tokens_micro"] + max(0, now - t["last_ms"]) * t["rate_milli"])
+    return held
+
+
 def token_due_ms(t: Record, now: int) -> int | None:
     """When tenant bucket ``t`` (``s.tenants``'s record) next holds a whole token, read at
     ``now`` without taking one (what :func:`tenant_take` would find): None when it holds one now,
     -1 when it never will (a rate of 0). Pure: the views' ``waiting_for`` (worker_queries)."""
-    tokens = min(t["burst"] * _MICRO, t["tokens_micro"] + max(0, now - t["last_ms"]) * t["rate_milli"])
+    tokens = tokens_at(t, now)
     if tokens >= _MICRO:
         return None
     if t["rate_milli"] <= 0 or t["burst"] < 1:

@@ -1000,14 +1000,15 @@ class Service:
 
     def list_tenants(self, tenants: frozenset | None = None) -> dict:
         """Every tenant with a rate limit, a policy or default routes (of ``tenants`` only, when given)."""
-        return {"tenants": [tenant_view(t) for t in self.read(queries.tenant_configs)
+        now = self.clock.now_ms()
+        return {"tenants": [tenant_view(t, now) for t in self.read(queries.tenant_configs)
                             if tenants is None or t["name"] in tenants]}
 
     def get_tenant(self, name: str) -> dict:
         """Tenant ``name``'s rate limit, policy and the policy its limited tokens' jobs are held to."""
         check_name(name, "tenant", limits.tenant_name_chars_max)
         t = self.read(queries.tenant_config, name)
-        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]))
+        return dict(tenant_view(t, self.clock.now_ms()), effective_policy=policy_view(t["effective"]))
 
     # ------------------------------------------------------------------ dead-letter queue
     def list_dlq(self, queue: str | None, limit: int, tenants: frozenset | None = None) -> dict:

@@ -3,7 +3,7 @@ name. Presentation only: the reads themselves, in storage units, are core/querie
 from __future__ import annotations
 
 from ..core import deadlines, schedule
-from ..core.tenants import LIMITED
+from ..core.tenants import LIMITED, tokens_at
 from .redact import PROCESS_DEFAULT, Fingerprint, redact_spec
 
 
@@ -130,15 +130,17 @@ def run_view(run: dict) -> dict:
     return v
 
 
-def tenant_view(t: dict) -> dict:
-    """A tenant (queries.tenant_config): its limit in runs per second and whole tokens (null
-    when it has none), its policy (policy_view; null when it has none) and its default routes
-    (``notify``; [] when it has none)."""
+def tenant_view(t: dict, now_ms: int) -> dict:
+    """A tenant (queries.tenant_config): its limit in runs per second and whole tokens, as its
+    bucket holds them at ``now_ms`` (null when it has none), its policy (policy_view; null when
+    it has none) and its default routes (``notify``; [] when it has none)."""
     lim = t["limit"]
     return {"name": t["name"],
             "rate_per_s": None if lim is None else lim["rate_milli"] / 1000,
             "burst": None if lim is None else lim["burst"],
-            "tokens": None if lim is None else lim["tokens_micro"] / 1_000_000,
+            # refilled up to now (a walk: the value the last hand-out or refused take left read as a
+            # bucket filling on its own between reads)
+            "tokens": None if lim is None else round(tokens_at(lim, now_ms) / 1_000_000, 4),
             "policy": None if t["policy"] is None else policy_view(t["policy"]),
             "notify": t["notify"]}
 
