@@ -213,7 +213,9 @@ def table(payload: Any) -> str:
         return _records(payload)
     if not isinstance(payload, dict):
         return _cell(payload) if not isinstance(payload, list) else "\n".join(_cell(x) for x in payload)
-    lists = {k: v for k, v in payload.items() if _is_records(v)}
+    # (an empty list of a curated kind too: its columns' header under "RUNS (0)", where a walk
+    # read "runs []" as a field)
+    lists = {k: v for k, v in payload.items() if _is_records(v) or (v == [] and k in _VIEWS)}
     # A text of several lines (a run's output, its traceback) is a block of its own under its
     # name, as it was written: in a cell its lines ran into one (a walk).
     blocks = {k: v for k, v in payload.items() if isinstance(v, str) and "\n" in v.strip()}

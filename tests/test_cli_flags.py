@@ -197,6 +197,18 @@ def test_the_runs_table_shows_a_recorded_range_with_its_last_slot_and_count(run,
     assert "2026-11-28T23:20:00Z..2026-11-29T10:33:00Z (40381)" in row["hb@1795910400000"], out
 
 
+def test_an_empty_runs_table_is_its_header_under_a_count_of_none(run, capsys):
+    """A walk: `runs NAME -o table` with no runs printed `runs []` as a field."""
+    from raftsched import cli_output
+    cli_output.set_format("table")
+    try:
+        rc, _ = run(["runs", "hb", "-o", "table"], answers={"runs": {"job": "hb", "runs": [], "next": None}})
+    finally:
+        cli_output.set_format(None)
+    out = capsys.readouterr().out
+    assert rc == 0 and "RUNS (0)\nID " in out and "[]" not in out, out
+
+
 # ---------------------------------------------------------------------------- trigger
 def test_trigger_takes_a_slot_a_payload_and_propagate(run, capsys, tmp_path, monkeypatch):
     """``raftsched trigger NAME --slot T --payload JSON|@FILE --propagate``: the body POST
