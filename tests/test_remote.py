@@ -474,3 +474,42 @@ def test_the_leaders_embedded_worker_says_it_has_no_slot_while_it_runs_nothing()
         await lead.hello()
         assert state.workers["node-2/1"]["slots"] == 2
     asyncio.run(t())
+
+
+def test_a_worker_whose_nodes_do_not_answer_says_so_at_its_start_not_after_its_first_long_poll(caplog):
+    """A walk: a worker given a wrong --url said nothing for 33 s (its first lease request's
+    deadline). Its first look (GET /healthz, first_contact_s) says it at once; a node that
+    answers says nothing."""
+    from raftsched.worker.remote import _first_contact
+
+    async def t():
+        dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+        cfg = WorkerConfig(urls=[dead], token=TOKEN, worker_id="w1")
+        ch = RemoteChannel(cfg, SystemClock())
+        t0 = time.monotonic()
+        try:
+            with caplog.at_level("WARNING", logger="raftsched.remote"):
+                await _first_contact(ch, cfg)
+        finally:
+            await ch.close()
+        assert time.monotonic() - t0 < worker_limits.first_contact_s + 5
+        said = [r.getMessage() for r in caplog.records if "answered yet" in r.getMessage()]
+        assert len(said) == 1 and dead in said[0] and "Connect call failed" in said[0], said
+        caplog.clear()
+        async def healthz(_r):
+            return web.json_response({"ok": True, "role": "leader", "leader": "x"})
+
+        up = web.Application()
+        up.router.add_get("/healthz", healthz)
+        server = TestServer(up, host="127.0.0.1")
+        await server.start_server()
+        cfg = WorkerConfig(urls=[f"http://127.0.0.1:{server.port}"], token=TOKEN, worker_id="w1")
+        ch = RemoteChannel(cfg, SystemClock())
+        try:
+            with caplog.at_level("WARNING", logger="raftsched.remote"):
+                await _first_contact(ch, cfg)
+        finally:
+            await ch.close()
+            await server.close()
+        assert not [r for r in caplog.records if r.name == "raftsched.remote"], caplog.records
+    run(t())

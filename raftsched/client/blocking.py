@@ -512,9 +512,10 @@ class Client(Transport):
         """``POST /v1/preview``: the next ``count`` slots after ``after`` of a spec not stored, as job ``name``'s."""
         return self._send(endpoints.preview_spec(spec, count, name, after))
 
-    def healthz(self) -> dict:
-        """``GET /healthz``: ``{"ok", "role", "leader"}`` of the node tried first (a 503 returned)."""
-        return self._send(endpoints.healthz())
+    def healthz(self, *, deadline_s: float | None = None) -> dict:
+        """``GET /healthz``: ``{"ok", "role", "leader"}`` of the node tried first (a 503 returned);
+        ``deadline_s``: how long it keeps trying the nodes, instead of the client's deadline."""
+        return self._send(endpoints.healthz(deadline_s=deadline_s))
 
     def metrics(self) -> str:
         """``GET /metrics``: the node's Prometheus text."""

@@ -548,10 +548,10 @@ def preview_spec(spec: dict, count: int = PREVIEW_COUNT_DEFAULT, name: str | Non
 
 
 @endpoint
-def healthz() -> Request:
+def healthz(*, deadline_s: float | None = None) -> Request:
     """``GET /healthz`` of the node tried first: ``{"ok", "role", "leader"}``, ``ok`` False
     (a 503, returned rather than raised) when that node sees no leader."""
-    return Request("GET", "/healthz", accept=(503,))
+    return Request("GET", "/healthz", accept=(503,), deadline_s=deadline_s)
 
 
 @endpoint

@@ -165,6 +165,10 @@ lease_refused_pause_s = 5.0
 #: while it lasts (worker/loop.py); a remote worker's request tries every node for longer than
 #: that (lease_request_slack_s and more), so its first failure is said at once
 unanswered_warn_after_s = 10.0
+#: At its start a worker asks its nodes' /healthz once, for at most this long, and says at once
+#: when none answers (a wrong --url, nodes not started): its first lease request, a long-poll,
+#: fails only after its whole deadline (~33 s), and said nothing until then (a walk).
+first_contact_s = 5.0
 unanswered_log_every_s = 60.0
 #: Outcomes ride on a lease request sent in the same turn of the event loop (one request a
 #: batch instead of two) when they encode to at most this many bytes of JSON, well under the

@@ -381,6 +381,25 @@ class RemoteChannel:
         await self.client.close()
 
 
+async def _first_contact(channel: RemoteChannel, cfg: WorkerConfig) -> None:
+    """Ask the nodes' /healthz once at the start, for at most worker_limits.first_contact_s, and
+    say at once when none answers; the lease loop keeps asking either way (and says an outage
+    that lasts: loop.py ``_unanswered``)."""
+    try:
+        # (the client's own deadline, whose error names what the last try met: "Connect call failed")
+        await asyncio.wait_for(channel.client.healthz(deadline_s=worker_limits.first_contact_s),
+                               worker_limits.first_contact_s + 5)
+    except asyncio.CancelledError:
+        raise
+    except (Unavailable, Indeterminate, asyncio.TimeoutError) as e:
+        why = e.message if isinstance(e, RaftschedError) else f"no answer within {worker_limits.first_contact_s:g} s"
+        log.warning("worker %s: no node of its --url (%s) answered yet: %s; check --url and that the nodes are up "
+                    "(the worker keeps asking)", cfg.worker_id, ", ".join(channel.urls), why)
+    except Exception as e:  # noqa: BLE001 - an answer, not an outage: said as it is
+        log.warning("worker %s: its first look at the nodes was answered with an error: %s", cfg.worker_id,
+                    e.message if isinstance(e, RaftschedError) else repr(e))
+
+
 async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> int:
     """Run a remote worker until SIGTERM/SIGINT (or ``stop``) or the cluster's ``draining``;
     then drain (up to ``cfg.drain_s``) and return 0. A second signal stops at once. Returns 1
@@ -422,6 +441,7 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         log.info("worker %s: %s; dedicated to label(s) %s", cfg.worker_id, cfg.describe,
                  ",".join(cfg.dedicated) or "none")
     task = asyncio.create_task(lease_loop.run(), name="lease loop")
+    probe = asyncio.create_task(_first_contact(channel, cfg), name="first contact")
     stop_w = asyncio.create_task(stop.wait())
     drain_w = asyncio.create_task(lease_loop.drain_requested.wait())
     leaving: asyncio.Task | None = None
@@ -444,10 +464,10 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
             force_w.cancel()
             await asyncio.gather(drain, return_exceptions=True)
     finally:
-        for t in (stop_w, drain_w):
+        for t in (stop_w, drain_w, probe):
             t.cancel()
         task.cancel()
-        await asyncio.gather(task, stop_w, drain_w, return_exceptions=True)
+        await asyncio.gather(task, stop_w, drain_w, probe, return_exceptions=True)
         if leaving is not None:
             # The leave's answer, for up to its deadline (~5 s), unless a second signal says stop now.
             forced = asyncio.create_task(force.wait())
