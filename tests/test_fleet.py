@@ -1316,3 +1316,27 @@ def test_a_due_runs_view_says_it_waits_for_a_worker_then_for_a_free_slot():
         view = await (await c.get(f"/v1/runs/{second}", headers=AUTH)).json()
         assert view["state"] == "queued" and "waiting_for" not in view, view
     run(t)
+
+
+def test_two_processes_under_one_worker_id_are_told_so_a_restart_is_not(caplog):
+    """A walk: two `raftsched worker --id dup` ran side by side, each lease request re-registering
+    its own process, and nothing said so. A restart switches the registered instance once; the
+    node says several switches within a minute, in the lease answer (the worker logs it) and in
+    its log."""
+    async def t(env, c):
+        for inst in ("i1", "i2"):  # a restart: one switch
+            assert "warnings" not in await lease(c, "dup", wait_s=0, instance=inst)
+        with caplog.at_level("WARNING", logger="raftsched.fleet"):
+            answers = [await lease(c, "dup", wait_s=0, instance=inst) for inst in ("i1", "i2", "i1")]
+        assert "warnings" not in answers[0]
+        said = answers[1]["warnings"]
+        assert len(said) == 1 and said[0].startswith("worker id 'dup' is used by more than one process: instances "
+                                                     "i1 and i2 took turns"), said
+        assert answers[2]["warnings"][0].startswith("worker id 'dup' is used by more than one process: instances i2 "
+                                                    "and i1"), answers[2]
+        logged = [r for r in caplog.records if "used by more than one process" in r.getMessage()]
+        assert len(logged) == 1, logged  # once a window a worker, in the node's log
+        # another id, and the same process again: nothing
+        assert "warnings" not in await lease(c, "solo", wait_s=0, instance="s1")
+        assert "warnings" not in await lease(c, "solo", wait_s=0, instance="s1")
+    run(t)

@@ -513,3 +513,19 @@ def test_a_worker_whose_nodes_do_not_answer_says_so_at_its_start_not_after_its_f
             await server.close()
         assert not [r for r in caplog.records if r.name == "raftsched.remote"], caplog.records
     run(t())
+
+
+def test_a_worker_logs_what_a_lease_answer_warns_of_once_a_minute(caplog):
+    async def t():
+        ch = RemoteChannel(WorkerConfig(urls=["http://127.0.0.1:9"], token=TOKEN, worker_id="dup"), SystemClock())
+        try:
+            with caplog.at_level("WARNING", logger="raftsched.remote"):
+                for _ in range(3):
+                    ch._warned({"runs": [], "warnings": ["worker id 'dup' is used by more than one process: ..."]})
+                ch._warned({"runs": [], "warnings": "not a list"})
+                ch._warned({"runs": []})
+        finally:
+            await ch.close()
+        said = [r.getMessage() for r in caplog.records if r.name == "raftsched.remote"]
+        assert said == ["worker dup: the node warns: worker id 'dup' is used by more than one process: ..."], said
+    run(t())

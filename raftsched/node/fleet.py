@@ -259,6 +259,11 @@ class Fleet:
         #: releases of runs granted to requests cancelled before their answer (lease_changed)
         self._releasing: set[asyncio.Future] = set()
         self.hellos = 0
+        #: worker -> monotonic times its lease requests here came from another process than the
+        #: one registered (an instance switch), within node_limits.instance_switch_window_s:
+        #: several mean two processes share the id (_shared_id)
+        self._switches: dict[str, list[float]] = {}
+        self._shared_said: dict[str, float] = {}
         #: heartbeats held for heartbeat_linger_s, to be proposed in one turn (one log entry)
         self._lingering: list[tuple[dict, asyncio.Future]] = []
         self._linger_handle: asyncio.TimerHandle | None = None
@@ -403,6 +408,9 @@ class Fleet:
         """The hello when the worker's facts are new, then the wait for runs: (answer, hello)."""
         rec = self.raft.read(queries.worker_record, wid)
         hello = rec is None or any(rec[k] != v for k, v in facts.items()) or rec["targets"] != facts.get("targets")
+        shared = None
+        if hello and rec is not None and rec["instance"] != facts["instance"] and facts["instance"] is not None:
+            shared = self._shared_id(wid, rec["instance"], facts["instance"])
         if hello:
             await self._hello(wid, facts)
             rec = self.raft.read(queries.worker_record, wid)
@@ -420,7 +428,36 @@ class Fleet:
             longer = self.next_wait_s(wait_s)
             if longer is not None:
                 answer["next_wait_s"] = longer
+        if shared is not None:
+            answer["warnings"] = [shared]
         return answer, hello
+
+    def _shared_id(self, wid: str, registered: str, asking: str) -> str | None:
+        """A lease request of ``wid`` from process ``asking`` where ``registered`` is the one the
+        registry holds: a restart does that once; two processes under one id (the same --id given
+        twice) take turns at it, each request re-registering its own facts. Several switches
+        within node_limits.instance_switch_window_s are said: the warning (for the lease answer,
+        which the worker logs), logged here at most once a window a worker. None: not (yet)."""
+        now = self.clock.monotonic_s()
+        window = node_limits.instance_switch_window_s
+        times = [t for t in self._switches.get(wid, ()) if now - t < window]
+        times.append(now)
+        self._switches.pop(wid, None)  # (re-inserted last: the oldest go first when bounded)
+        self._switches[wid] = times[-node_limits.instance_switches_shared:]
+        while len(self._switches) > node_limits.instance_switch_workers_max:
+            del self._switches[next(iter(self._switches))]
+        if len(times) < node_limits.instance_switches_shared:
+            return None
+        text = (f"worker id {wid!r} is used by more than one process: instances {registered} and {asking} took "
+                f"turns at it {len(times)} times in {window:g} s; give each process an id of its own (raftsched "
+                "worker --id), else their leases, heartbeats and registry record mix")
+        said = self._shared_said.get(wid)
+        if said is None or now - said >= window:
+            self._shared_said[wid] = now
+            while len(self._shared_said) > node_limits.instance_switch_workers_max:
+                del self._shared_said[next(iter(self._shared_said))]
+            log.warning("fleet: %s", text)
+        return text
 
     def next_wait_s(self, wait_s: float) -> float | None:
         """The wait an idle worker should ask for next, when longer than its ``wait_s``: enough

@@ -207,6 +207,15 @@ dispatch_full_look_s = 1.0
 #: together (a fired ahead second) goes out to that many waiting workers in one round trip.
 dispatch_batch_max = 32
 
+#: Two processes under one worker id (the same --id given twice) take turns at its registry
+#: record, each lease request re-registering its own process (instance): this many switches
+#: within the window, at one node, are said (a warning in the lease answer, which the worker
+#: logs, and in the node's log); a restart switches once. Workers followed at most (the oldest
+#: forgotten first).
+instance_switches_shared = 3
+instance_switch_window_s = 60.0
+instance_switch_workers_max = 10_000
+
 assert workers_seen_interval_s * 3 * 1000 < core.worker_gone_ms
 assert workers_seen_interval_s * 2 * 1000 < core.worker_quiet_ms  # a live worker is never quiet
 assert 0 < dispatch_poll_s < dispatch_empty_backoff_s < dispatch_retry_s

@@ -524,7 +524,10 @@ def _more_responses() -> dict[str, Schema]:
                          "results_error": obj, "duplicate": _BOOL,
                          "next_wait_s": _num(0, worker_limits.lease_wait_s_max,
                                              description="in an idle answer, the wait to ask for next time "
-                                                         "(the node has many workers waiting)")},
+                                                         "(the node has many workers waiting)"),
+                         "warnings": {"type": "array", "items": s,
+                                      "description": "what the node warns the worker of (another process "
+                                                     "under its id); the worker logs them"}},
                         ("runs", "draining", "held_ms")),
         "heartbeat": _open({"extended": i, "lost": {"type": "array", "items": s}, "draining": _BOOL, "cluster_ms": i,
                             "ended": {"type": "object", "additionalProperties": s,

@@ -168,6 +168,8 @@ class RemoteChannel:
             self.facts["targets"] = sorted(cfg.targets)
         #: no targets sent before this monotonic time (a node refused the field)
         self._targets_after = 0.0
+        #: what a node warned of in a lease answer -> when it was last logged (_warned)
+        self._warnings_said: dict[str, float] = {}
         #: cluster time as the nodes' answers told it, on this process's monotonic clock
         self._anchor: clocksync.Anchor | None = None
         #: the wait the last idle answer asked for (its ``next_wait_s``), when longer than
@@ -194,6 +196,20 @@ class RemoteChannel:
         if isinstance(answer, dict) and "cluster_ms" in answer:
             self._anchor = clocksync.observe(self._anchor, answer["cluster_ms"], self.clock.monotonic_s() * 1000,
                                              None, "cluster")
+
+    def _warned(self, answer) -> None:
+        """Log what a node warns of in a lease answer (``warnings``: another process under this
+        worker's id), each text at most once a minute."""
+        texts = answer.get("warnings") if isinstance(answer, dict) else None
+        if not isinstance(texts, list):
+            return
+        now = self.clock.monotonic_s()
+        for text in texts[:5]:
+            if isinstance(text, str) and now - self._warnings_said.get(text, float("-inf")) >= 60.0:
+                if len(self._warnings_said) >= 64:
+                    self._warnings_said.clear()
+                self._warnings_said[text] = now
+                log.warning("worker %s: the node warns: %s", self.worker_id, text[:500])
 
     # ------------------------------------------------------------------ the Channel
     async def hello(self) -> None:
@@ -274,6 +290,7 @@ class RemoteChannel:
                 return Grants([], False, worker_limits.lease_refused_pause_s)
             raise
         self._heard(res)
+        self._warned(res)
         if carried is not None:
             results = res.get("results")
             if isinstance(results, list) and len(results) == len(carried.items):
