@@ -497,8 +497,7 @@ class AsyncClient(Transport):
         return await self._send(endpoints.preview_spec(spec, count, name, after))
 
     async def healthz(self, *, deadline_s: float | None = None) -> dict:
-        """``GET /healthz``: ``{"ok", "role", "leader"}`` of the node tried first (a 503 returned);
-        ``deadline_s``: how long it keeps trying the nodes, instead of the client's deadline."""
+        """``GET /healthz``: ``{"ok", "role", "leader"}`` of the node tried first (a 503 returned), for ``deadline_s`` at most."""
         return await self._send(endpoints.healthz(deadline_s=deadline_s))
 
     async def metrics(self) -> str:
