@@ -387,7 +387,7 @@ def _graph(args, client) -> int:
     kinds = {n["job"]: n["kind"] for n in g["nodes"]}
     hidden = g.get("not_shown")
     print(f"{g['job']} ({kinds.get(g['job'])}): {len(g['parents'])} upstream, {len(g['children'])} downstream"
-          + (f" ({hidden} job(s) of other tenants in its graph not shown, nor what is reached through them)"
+          + (f" ({hidden} job(s) of its graph not shown: other tenants' jobs, and what is reached only through them)"
              if hidden else ""))
     def mark(j: str) -> str:
         # (a parent that does not exist, deleted or not made yet, says so: a walk read a deleted

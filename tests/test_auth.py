@@ -1088,6 +1088,14 @@ def test_a_pipeline_across_tenants_names_no_other_tenants_job_to_a_limited_token
         assert g["edges"] == [{"from": "a-parent", "to": "a-child", "on": "success"}], g
         s, g = await call(c, "GET", "/v1/jobs/a-parent/graph")  # an admin sees all of it
         assert g["children"] == ["a-child", "a-grandchild", "beta-secret-child"] and "not_shown" not in g, g
+        # a parent deleted with force is shown as missing, not counted as hidden (a review)
+        for n, body in (("a-gone", dict(_EVERY_MIN, tenant="alpha", queue="qa")),
+                        ("a-orphan", dict(_HOOK, after=["a-gone"], tenant="alpha", queue="qa"))):
+            assert (await call(c, "PUT", f"/v1/jobs/{n}", body=body))[0] == 201
+        assert (await call(c, "DELETE", "/v1/jobs/a-gone?force=true"))[0] == 200
+        s, g = await call(c, "GET", "/v1/jobs/a-orphan/graph", tok)
+        assert s == 200 and g["parents"] == ["a-gone"] and "not_shown" not in g, g
+        assert {n["job"]: n["kind"] for n in g["nodes"]}["a-gone"] == "missing", g
     run(t)
 
 

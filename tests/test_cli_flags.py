@@ -398,7 +398,8 @@ def test_graph_text_says_how_many_jobs_of_other_tenants_it_leaves_out(run, capsy
          "not_shown": 2}
     rc, _ = run(["graph", "c1", "-o", "table"], {"graph": g})
     out = capsys.readouterr().out
-    assert rc == 0 and out.startswith("c1 (triggered): 0 upstream, 0 downstream (2 job(s) of other tenants"), out
+    assert rc == 0 and out.startswith("c1 (triggered): 0 upstream, 0 downstream (2 job(s) of its graph not shown: "
+                                      "other tenants' jobs, and what is reached only through them)"), out
 
 
 def test_an_unknown_flag_shows_the_commands_usage(capsys):

@@ -256,8 +256,9 @@ async def audit_middleware(request: web.Request, handler):
         status = resp.status
         return resp
     except web.HTTPException as e:
-        # raised, not returned: a redirect (the dashboard's /ui -> /ui/), or aiohttp's own 404 or
-        # 405; counted as the status it answers, not as a 500 (a false 5xx in the metrics)
+        # raised, not returned: a redirect (the dashboard's /ui -> /ui/; errors_middleware answers
+        # every 4xx and 5xx one as a response); counted as the status it answers, not as a 500 (a
+        # false 5xx in the metrics)
         status = e.status
         raise
     finally:

@@ -259,10 +259,11 @@ class Fleet:
         #: releases of runs granted to requests cancelled before their answer (lease_changed)
         self._releasing: set[asyncio.Future] = set()
         self.hellos = 0
-        #: worker -> monotonic times its lease requests here came from another process than the
-        #: one registered (an instance switch), within node_limits.instance_switch_window_s:
-        #: several mean two processes share the id (_shared_id)
+        #: worker -> monotonic times a process came back to it here after another had taken its
+        #: place, within node_limits.instance_switch_window_s: two processes share the id (_shared_id)
         self._switches: dict[str, list[float]] = {}
+        #: worker -> the processes (instances) that asked here for it lately -> when, last
+        self._instances: dict[str, dict[str, float]] = {}
         self._shared_said: dict[str, float] = {}
         #: heartbeats held for heartbeat_linger_s, to be proposed in one turn (one log entry)
         self._lingering: list[tuple[dict, asyncio.Future]] = []
@@ -408,12 +409,14 @@ class Fleet:
         """The hello when the worker's facts are new, then the wait for runs: (answer, hello)."""
         rec = self.raft.read(queries.worker_record, wid)
         hello = rec is None or any(rec[k] != v for k, v in facts.items()) or rec["targets"] != facts.get("targets")
+        switched = hello and rec is not None and rec["instance"] != facts["instance"] and facts["instance"] is not None
+        registered = rec["instance"] if rec is not None else None
         shared = None
-        if hello and rec is not None and rec["instance"] != facts["instance"] and facts["instance"] is not None:
-            shared = self._shared_id(wid, rec["instance"], facts["instance"])
         if hello:
             await self._hello(wid, facts)
             rec = self.raft.read(queries.worker_record, wid)
+            if switched:  # (counted once the hello took: a failed one is retried, not a switch)
+                shared = self._shared_id(wid, registered, facts["instance"])
         if rec is not None and rec["state"] == "draining":
             return {"runs": [], "draining": True}, hello
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
@@ -432,25 +435,35 @@ class Fleet:
             answer["warnings"] = [shared]
         return answer, hello
 
-    def _shared_id(self, wid: str, registered: str, asking: str) -> str | None:
-        """A lease request of ``wid`` from process ``asking`` where ``registered`` is the one the
-        registry holds: a restart does that once; two processes under one id (the same --id given
-        twice) take turns at it, each request re-registering its own facts. Several switches
-        within node_limits.instance_switch_window_s are said: the warning (for the lease answer,
+    def _shared_id(self, wid: str, registered: str | None, asking: str) -> str | None:
+        """A lease request of ``wid`` from process ``asking`` re-registered it where the registry
+        held ``registered``: a restart does that, once a process, and a crash loop once each new
+        process; two processes under one id (the same --id given twice) take turns at it, so a
+        process comes back after another took its place. That return, ``returns_shared`` times
+        within node_limits.instance_switch_window_s, is said: the warning (for the lease answer,
         which the worker logs), logged here at most once a window a worker. None: not (yet)."""
         now = self.clock.monotonic_s()
         window = node_limits.instance_switch_window_s
-        times = [t for t in self._switches.get(wid, ()) if now - t < window]
-        times.append(now)
-        self._switches.pop(wid, None)  # (re-inserted last: the oldest go first when bounded)
-        self._switches[wid] = times[-node_limits.instance_switches_shared:]
-        while len(self._switches) > node_limits.instance_switch_workers_max:
-            del self._switches[next(iter(self._switches))]
-        if len(times) < node_limits.instance_switches_shared:
+        seen = {i: t for i, t in self._instances.pop(wid, {}).items() if now - t < window}
+        returned = asking in seen  # it asked here before, and another took its place since
+        seen[asking] = now
+        if registered is not None:
+            seen.setdefault(registered, now)
+        self._instances[wid] = dict(sorted(seen.items(), key=lambda it: it[1])[-8:])  # (re-inserted last)
+        times = [t for t in self._switches.pop(wid, ()) if now - t < window]
+        if returned:
+            times.append(now)
+        if times:
+            self._switches[wid] = times[-node_limits.instance_returns_shared:]
+        for book in (self._instances, self._switches):
+            while len(book) > node_limits.instance_switch_workers_max:
+                del book[next(iter(book))]
+        if len(times) < node_limits.instance_returns_shared:
             return None
-        text = (f"worker id {wid!r} is used by more than one process: instances {registered} and {asking} took "
-                f"turns at it {len(times)} times in {window:g} s; give each process an id of its own (raftsched "
-                "worker --id), else their leases, heartbeats and registry record mix")
+        pair = " and ".join(sorted({asking, registered or "?"}))
+        text = (f"worker id {wid!r} is used by more than one process: instances {pair} took turns at it within "
+                f"{window:g} s; give each process an id of its own (raftsched worker --id), else their leases, "
+                "heartbeats and registry record mix")
         said = self._shared_said.get(wid)
         if said is None or now - said >= window:
             self._shared_said[wid] = now

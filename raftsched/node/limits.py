@@ -208,11 +208,12 @@ dispatch_full_look_s = 1.0
 dispatch_batch_max = 32
 
 #: Two processes under one worker id (the same --id given twice) take turns at its registry
-#: record, each lease request re-registering its own process (instance): this many switches
-#: within the window, at one node, are said (a warning in the lease answer, which the worker
-#: logs, and in the node's log); a restart switches once. Workers followed at most (the oldest
-#: forgotten first).
-instance_switches_shared = 3
+#: record, each lease request re-registering its own process (instance): a process coming back
+#: after another took its place this many times within the window, at one node, is said (a
+#: warning in the lease answer, which the worker logs, and in the node's log). A restart, or a
+#: crash loop, never comes back: each process is a new one. Workers followed at most (the
+#: oldest forgotten first).
+instance_returns_shared = 2
 instance_switch_window_s = 60.0
 instance_switch_workers_max = 10_000
 

@@ -1400,8 +1400,10 @@ class Service:
             # Its tenants' jobs, and the walk through them only: a job of theirs reached through
             # another tenant's (an admin's edge) was listed upstream with no edge to it. How many
             # are left out is said, as a refused delete says its dependents of other tenants.
-            seen = {n["job"] for n in g["nodes"] if (j := self.read(queries.job, n["job"])) is not None
-                    and j["spec"]["tenant"] in tenants}
+            # (a missing parent, deleted with force, is shown: the child's own after names it, and
+            # it explains the child's dependency_missing slots)
+            seen = {n["job"] for n in g["nodes"] if n["kind"] == "missing" or (
+                (j := self.read(queries.job, n["job"])) is not None and j["spec"]["tenant"] in tenants)}
             edges = [e for e in g["edges"] if e["from"] in seen and e["to"] in seen]
             up, down = _reach(name, edges, "to", "from"), _reach(name, edges, "from", "to")
             kept = up | down | {name}
