@@ -209,3 +209,34 @@ def test_a_parent_whose_schedule_never_reaches_the_instant_says_so():
     assert view is not None, sorted(s.pipes.joins.get("c", {}))
     assert [w["state"] for w in view["waiting_on"]] == ["never"], view
     assert "it never runs for this instant" in view["waiting_for"], view
+
+
+def test_a_childs_run_purged_from_the_dead_letter_queue_is_not_shown_waiting():
+    """A walk: after its dead run was purged, GET /v1/runs/pd@S answered "waiting for pa@S
+    (succeeded)": the slot was decided, its run is gone. A slot of the parent still to fire, or
+    a parent's run of it still going, is waiting as before."""
+    s = _pipeline()
+    tick(s, S1)
+    (g,) = lease(s, S1)
+    finish(s, g, S1 + 1, True)  # pa@S1 succeeded: pd@S1 queued
+    (d,) = [x for x in lease(s, S1 + 2) if x["id"] == f"pd@{S1}"]
+    finish(s, d, S1 + 3, False)  # retries 1: dead
+    assert s.runs[f"pd@{S1}"]["state"] == "dead"
+    assert apply(s, commands.make("dlq_delete", S1 + 4, None, run=f"pd@{S1}"))["ok"]
+    assert f"pd@{S1}" not in s.runs
+    why = pipelines.waiting_run_or_why(s, f"pd@{S1}")
+    assert isinstance(why, str) and why.startswith(f"pd@{schedule.iso(S1)} waits for nothing: its parents ran"), why
+    # the parent's next slot, not fired yet: waiting, as before
+    view = pipelines.waiting_run(s, f"pd@{S1 + EVERY}")
+    assert view is not None and view["waiting_for"].endswith("(its slot has not fired)"), view
+
+
+def test_a_child_of_a_triggered_parent_waiting_on_the_parents_join_is_still_waiting():
+    """pd after pb after pa and px: pa ran the slot, px not yet; pb's join waits, so does pd."""
+    s = chain_state(("pa", job_raw(every_s=30)), ("px", job_raw(every_s=30)),
+                    ("pb", job_raw(after=["pa", "px"])), ("pd", job_raw(after=["pb"])))
+    tick(s, S1)
+    got = {g["job"]: g for g in lease(s, S1)}
+    finish(s, got["pa"], S1 + 1, True)  # px@S1 still running
+    view = pipelines.waiting_run(s, f"pd@{S1}")
+    assert view is not None and view["state"] == "waiting", view

@@ -2041,6 +2041,7 @@ def _may_wait(s: SchedulerState, job: Record, slot: int, grid: dict[str, bool] |
         return f"{when} is not a slot of {c}'s schedule"
     seen = {c}
     todo = [e["job"] for e in job["spec"]["after"]]
+    handled = False  # a scheduled ancestor's slot, fired and ended: decided, not waiting
     while todo:
         p = todo.pop()
         if p in seen:
@@ -2051,14 +2052,25 @@ def _may_wait(s: SchedulerState, job: Record, slot: int, grid: dict[str, bool] |
             return None
         if _unfinished_rerun(s, p, slot) is not None:
             return None  # a run of the slot by hand with propagate, a backfill's with cascade
+        if slot in s.pipes.joins.get(p, {}) or _held_by(s, f"{p}@{slot}") is not None:
+            return None  # a triggered parent's slot waits for its own parents
         pj = s.jobs.get(p)
         if pj is None:
             continue  # deleted: no slot of its to come
         if "schedule" in pj["spec"]:
             if _on_grid(pj, slot, grid):
-                return None
+                if slot > pj["cursor"]:
+                    return None  # its slot still to fire
+                # Fired, and its run ended (or is no longer kept): its outcome reached the
+                # child then, whose entry of the slot, gone now, was made of it (a walk: a dead
+                # run purged from the dead-letter queue was shown waiting for a parent that had
+                # succeeded).
+                handled = True
         else:
             todo.extend(e["job"] for e in pj["spec"]["after"])
+    if handled:
+        return (f"{c}@{when} waits for nothing: its parents ran that slot and their runs ended, and its own "
+                "entry of it is not kept (purged from the dead-letter queue, or trimmed from its history)")
     return f"{when} is not a slot of {c} or of its parents' schedules"
 
 
