@@ -399,7 +399,7 @@ def test_a_triggered_job_is_replaced_and_run_by_hand_for_a_slot_of_its_parents()
         assert r.status == 200, await r.text()  # a replace of a job without a schedule
         assert (await put(c, "b", A)).status == 200  # and into a scheduled one, and back
         assert (await put(c, "b", after("a"))).status == 200
-        slot = schedule.iso(env.clock.now_ms() + 3_600_000)  # any slot: its parents' slots are its own
+        slot = schedule.iso(env.clock.now_ms() - 3_600_000)  # any slot come: its parents' slots are its own
         r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": slot}))
         assert r.status == 201, await r.text()
         assert (await r.json())["run"].startswith("b@")
@@ -553,4 +553,16 @@ def test_a_rerun_says_what_it_leaves_below_and_a_run_shows_what_its_slot_waits_f
         odd = schedule.iso(first + 500)
         said = await (await c.post("/v1/jobs/c/trigger", data=json.dumps({"slot": odd, "rerun": True}))).json()
         assert any(w.startswith(f"slot {odd} had no run of c: this is its first") for w in said["warnings"]), said
+    run(body)
+
+
+def test_a_triggered_jobs_future_slot_is_refused_at_the_node_with_its_time():
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        before = len(env.raft.proposed)
+        r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": "2099-01-01T12:00:00Z"}))
+        b = await err(r, 409, "conflict", "slot")
+        assert b["error"]["message"].startswith("slot 2099-01-01T12:00:00Z has not come: b runs after its parents"), b
+        assert len(env.raft.proposed) == before  # refused before anything was proposed
     run(body)

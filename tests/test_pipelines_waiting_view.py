@@ -240,3 +240,19 @@ def test_a_child_of_a_triggered_parent_waiting_on_the_parents_join_is_still_wait
     finish(s, got["pa"], S1 + 1, True)  # px@S1 still running
     view = pipelines.waiting_run(s, f"pd@{S1}")
     assert view is not None and view["state"] == "waiting", view
+
+
+def test_a_triggered_jobs_slot_still_to_come_cannot_be_triggered_by_hand():
+    """A walk: POST /v1/jobs/transform/trigger {"slot": "2099-..."} made a run at once, granted and
+    held by its worker until 2099 (no run starts before its slot): eight of them took every slot
+    of the cluster, and a near slot's run took the id its parents' run would have. Refused now, as
+    a scheduled job's slot after its cursor is; a slot that has come runs by hand as before."""
+    s = _pipeline()
+    tick(s, S1)
+    for slot in (S1 + 1, S1 + EVERY, T0 + 10 ** 7 * EVERY):
+        res = apply(s, commands.make("trigger_job", S1, None, name="pd", slot=slot))
+        assert not res["ok"] and res["error"]["code"] == "conflict" and res["error"]["field"] == "slot", res
+        assert "has not come" in res["error"]["message"], res
+    assert not [r for r in s.runs if r.startswith("pd@")]
+    res = apply(s, commands.make("trigger_job", S1, None, name="pd", slot=S1))
+    assert res["ok"] and res["created"] and res["run"] == f"pd@{S1}", res

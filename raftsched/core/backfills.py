@@ -627,8 +627,9 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
 
     :raises InvalidCommand: slot not an integer, payload not JSON data.
     :raises InvalidSpec: the job is a heartbeat job (field ``slot``, else ``payload``).
-    :raises Conflict: the slot is after the job's cursor (its scheduled run is still to come),
-        the job's queue is full, or (``rerun``) the slot's newest run is dead."""
+    :raises Conflict: the slot is after the job's cursor (its scheduled run is still to come), or
+        a triggered job's slot is still to come, the job's queue is full, or (``rerun``) the
+        slot's newest run is dead."""
     payload_given = "payload" in cmd
     payload = cmd.get("payload")
     if payload_given and not _jsonable(payload):
@@ -650,6 +651,14 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
     if slot > job["cursor"] and "schedule" in job["spec"]:  # a triggered job's slots are its parents'
         raise Conflict(f"slot {slot} is after the cursor of job {name!r} ({job['cursor']}): the schedule "
                        f"has not handled it yet, and its run will come", field="slot", cursor=job["cursor"])
+    if slot > now and "schedule" not in job["spec"]:
+        # A triggered job's slot still to come: its run is made when its parents report it. A run
+        # of it made now was granted at once and held its worker's slot until that time (no run
+        # starts before its slot): a walk filled every slot of a cluster with eight of them, and
+        # took the slot's id from the run its parents would make (a walk).
+        raise Conflict(f"slot {schedule.iso(slot) or slot} has not come: {name} runs after its parents, and its "
+                       "run of a slot is made when they report it; a run now is a trigger without a slot",
+                       field="slot")
     base = f"{name}@{slot}"
     if rerun:
         entries = pipelines.slot_entries(s, name, slot)

@@ -301,6 +301,10 @@ class BackfillService:
                 raise Conflict(f"slot {schedule.iso(t['slot'])} is after the cursor of job {name!r} "
                                f"({schedule.iso(job['cursor'])}): the schedule has not handled it yet, and its run "
                                f"will come", field="slot", cursor=schedule.iso(job["cursor"]))
+            if sched is None and t["slot"] > self.svc.clock.now_ms():  # apply refuses it too (core/backfills.py)
+                raise Conflict(f"slot {schedule.iso(t['slot'])} has not come: {name} runs after its parents, and its "
+                               "run of a slot is made when they report it; a run now is a trigger without a slot",
+                               field="slot")
         res = await self.svc.propose(commands.trigger_job(self.svc.clock.now_ms(), rid or new_request_id(),
                                                           name=name, extra=t))
         body = {"job": name, "run": res["run"], "state": res["state"], "created": res.get("created", True)}

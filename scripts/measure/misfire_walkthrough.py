@@ -113,9 +113,14 @@ def render() -> str:
       "too). `explain` lists them as `fired_ahead`. So does a leader cut off from the majority: a "
       "fire it proposed in the second before it stepped down commits if it is elected again with "
       "that entry in its log (Raft keeps it), and its runs start then. During a storm, slots are "
-      "committed up to minutes ahead (`storm_ahead_ms_max`). A job that must not start late can "
-      "compare its slot (`RAFTSCHED_SLOT`, `ctx.slot_ms`) with the time it starts, or have an "
-      "overlap policy other than `allow`, whose slots are never fired ahead.")
+      "committed up to minutes ahead (`storm_ahead_ms_max`). A job that must not start late should "
+      "say so with a start deadline that withdraws a late run, `\"deadline\": {\"start_within_s\": 5, "
+      "\"late_start\": \"skip\"}` (its run not started 5 s after its slot is recorded `skipped`, reason "
+      "`late_start`, and told as `slot.missed`: docs/notifications.md, \"Deadlines\"); or its handler can "
+      "compare its slot (`RAFTSCHED_SLOT`, `ctx.slot_ms`) with the time it starts; or it can have an "
+      "overlap policy other than `allow`, whose slots are never fired ahead. A clean stop of every node "
+      "(`scripts/cluster.sh stop`) is such an outage too: what was fired ahead before it runs late after "
+      "the restart.")
     w("")
     raw = {"schedule": {"every_s": 1}, "misfire": {"policy": "skip", "grace_s": 1}}
     spec = model.validate_job("every-second", dict(raw, executor={"type": "shell", "argv": ["true"]}))
