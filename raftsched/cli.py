@@ -656,7 +656,8 @@ def _read_json(path: str):
 
 def _explain(a, c) -> int:
     """explain NAME FROM TO, or explain NAME --slot T: one of the two, whole (a usage error, exit
-    2, before any request: a window without its end was sent and answered 400 naming down_to)."""
+    2, before any request: a window without its end was sent and answered 400 naming down_to);
+    explain NAME alone: a triggered job's parents and its slots waiting for them."""
     if a.from_flag is not None or a.to_flag is not None:
         print("raftsched explain: FROM and TO are positional: raftsched explain NAME FROM TO "
               "(ISO times), or raftsched explain NAME --slot T", file=sys.stderr)
@@ -665,9 +666,10 @@ def _explain(a, c) -> int:
     if a.slot is not None and window:
         print("raftsched explain: give FROM TO (an outage window) or --slot T (one slot), not both", file=sys.stderr)
         return 2
-    if a.slot is None and (a.down_from is None or a.down_to is None):
+    if a.slot is None and (a.down_from is None) != (a.down_to is None):
         print("raftsched explain: give FROM and TO (the outage window, ISO times), or --slot T", file=sys.stderr)
         return 2
+    # (neither: a triggered job's parents and waiting slots; a scheduled job's node says FROM is needed)
     return show(c.explain(a.name, a.down_from, a.down_to, slot=a.slot))
 
 

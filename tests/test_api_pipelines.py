@@ -566,3 +566,19 @@ def test_a_triggered_jobs_future_slot_is_refused_at_the_node_with_its_time():
         assert b["error"]["message"].startswith("slot 2099-01-01T12:00:00Z has not come: b runs after its parents"), b
         assert len(env.raft.proposed) == before  # refused before anything was proposed
     run(body)
+
+
+def test_explain_of_a_triggered_job_needs_no_window_a_scheduled_ones_does():
+    """A walk: a triggered job's waiting slots were listed only for a made-up outage window."""
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        slot = env.state.jobs["a"]["next"]
+        env.clock.advance(slot - env.clock.now_ms())
+        await env.trigger.tick()  # a's run of the slot is queued: b's slot waits for it
+        r = await c.post("/v1/jobs/b/explain", data=json.dumps({}))
+        assert r.status == 200, await r.text()
+        ex = await r.json()
+        assert "runs after a" in ex["summary"] and [w["slot_ms"] for w in ex["waiting"]] == [slot], ex
+        await err(await c.post("/v1/jobs/a/explain", data=json.dumps({})), 400, "bad_request", "down_from")
+    run(body)

@@ -109,6 +109,11 @@ def test_explain_says_from_and_to_are_positional_rather_than_matching_token(run,
     rc, calls = run(["explain", "j", "2026-12-01T00:00:00Z", "2026-12-01T01:00:00Z"])
     assert rc == 0 and calls == [("explain", ("j", "2026-12-01T00:00:00Z", "2026-12-01T01:00:00Z"),
                                   {"slot": None})]
+    # NAME alone: a triggered job's parents and waiting slots (a walk had to make up a window)
+    rc, calls = run(["explain", "j"])
+    assert rc == 0 and calls == [("explain", ("j", None, None), {"slot": None})], calls
+    rc, calls = run(["explain", "j", "2026-12-01T00:00:00Z"])  # a window without its end
+    assert rc == 2 and calls == [] and "give FROM and TO" in capsys.readouterr().err
 
 
 def test_explains_help_spells_out_its_arguments(capsys):

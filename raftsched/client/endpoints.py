@@ -238,10 +238,12 @@ def explain(name: str, down_from: str | None = None, down_to: str | None = None,
             slot: str | None = None) -> Request:
     """``POST /v1/jobs/{name}/explain``: what an outage from ``down_from`` to ``down_to``
     (ISO-8601) would do to a job's slots, by its misfire policy; or, with ``slot`` (ISO-8601)
-    instead, why that slot met or missed its deadline. Read-only: it proposes nothing."""
+    instead, why that slot met or missed its deadline; or, with neither, a triggered job's
+    parents and its slots waiting for them. Read-only: it proposes nothing."""
     if slot is not None:
         return Request("POST", f"/v1/jobs/{_q(name)}/explain", body={"slot": slot})
-    return Request("POST", f"/v1/jobs/{_q(name)}/explain", body={"down_from": down_from, "down_to": down_to})
+    return Request("POST", f"/v1/jobs/{_q(name)}/explain",
+                   body={k: v for k, v in (("down_from", down_from), ("down_to", down_to)) if v is not None})
 
 
 @endpoint

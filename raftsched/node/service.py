@@ -1207,6 +1207,10 @@ class Service:
                              "outage window), not both", field="slot")
         if "slot" in body:
             return self.explain_slot(name, body["slot"], tenants)
+        if not window and "schedule" not in spec:
+            # A triggered job has no slot of its own for an outage to miss: what it runs after, and
+            # its slots waiting for them, asked without a window made up for it (a walk)
+            return self._explain_triggered(name, spec)
         got = []
         for k in ("down_from", "down_to"):  # (each in turn: the first wrong one is named)
             if k not in body:
@@ -1222,16 +1226,23 @@ class Service:
         if hi - lo > 366 * 86_400_000:
             raise BadRequest("an outage window is at most 366 days", field="down_to")
         if "schedule" not in spec:  # a triggered job: no slot of its own for an outage to miss
-            out = {"job": name, "triggered_by": spec["after"],
-                   "summary": f"{name} runs after {', '.join(e['job'] for e in spec['after'])}: an outage "
-                              "delays its parents' slots, and their outcomes decide its own"}
-        else:
-            out = dict(job=name, **await asyncio.to_thread(preview.explain, spec, anchor, lo, hi, name))
+            return self._explain_triggered(name, spec)
+        out = dict(job=name, **await asyncio.to_thread(preview.explain, spec, anchor, lo, hi, name))
         if "after" in spec:
-            # (its slot as every answer gives one: ISO, and slot_ms)
-            out["waiting"] = [dict(w, slot=schedule.iso(w["slot"]), slot_ms=w["slot"])
-                              for w in self.read(pipelines.pending, name, 20)]
+            out["waiting"] = self._waiting(name)
         return out
+
+    def _explain_triggered(self, name: str, spec: dict) -> dict:
+        """explain of a triggered job (``after``, no schedule), with or without a window."""
+        return {"job": name, "triggered_by": spec["after"],
+                "summary": f"{name} runs after {', '.join(e['job'] for e in spec['after'])}: an outage "
+                           "delays its parents' slots, and their outcomes decide its own",
+                "waiting": self._waiting(name)}
+
+    def _waiting(self, name: str) -> list[dict]:
+        """Child ``name``'s slots waiting for its parents (explain), each slot as every answer gives
+        one: ISO, and slot_ms."""
+        return [dict(w, slot=schedule.iso(w["slot"]), slot_ms=w["slot"]) for w in self.read(pipelines.pending, name, 20)]
 
     def explain_slot(self, name: str, slot, tenants: frozenset | None = None) -> dict:
         """Why a slot met or missed its deadline: its run (or record) and its deadline block
