@@ -329,7 +329,9 @@ def test_iso_formats_utc_with_z_and_ms_only_when_needed():
 def test_parse_iso_ms_handles_offsets_and_refuses_naive():
     assert ms("2026-06-01T12:00:00+02:00") == ms("2026-06-01T10:00:00Z")
     assert ms("2026-06-01T10:00:00.250z") == ms("2026-06-01T10:00:00Z") + 250
-    for bad in ("2026-06-01T12:00:00", "not a time", "", None, 5):
+    # (a NUL ends datetime's parse: "...Z\x00" was the time before it, a walk; "\x00" inside too)
+    for bad in ("2026-06-01T12:00:00", "not a time", "", None, 5, "2026-06-01T10:00:00Z\x00",
+                "2026-06-01T10:00:00\x00Z", "2026-06-01T10:00:00Z\x7f", "2026-06-01T10:00:00Z\u00a0"):
         with pytest.raises(InvalidSpec) as ei:
             schedule.parse_iso_ms(bad, "schedule.at")
         assert ei.value.field == "schedule.at"

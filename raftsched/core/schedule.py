@@ -532,6 +532,10 @@ def parse_iso_ms(text: str, field: str) -> int:
     """Parse an ISO-8601 time with an explicit offset or Z. :raises InvalidSpec:"""
     if not isinstance(text, str):
         raise InvalidSpec("must be an ISO-8601 string such as 2026-12-01T02:00:00Z", field=field)
+    if not text.isascii() or not text.isprintable():
+        # (datetime's parser stops at a NUL: "...Z\x00" parsed as the time before it, a walk)
+        raise InvalidSpec(f"{text[:64]!r} is not an ISO-8601 time: it holds a control or non-ASCII character",
+                          field=field)
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
