@@ -144,6 +144,14 @@ def test_answers_conform_to_the_document():
                 ("GET", "/v1/jobs", "/v1/jobs", None, None),
                 ("GET", "/v1/jobs?limit=0", "/v1/jobs", BOOT, None),
                 ("POST", "/v1/jobs/a/explain", "/v1/jobs/{name}/explain", BOOT, {}),
+                ("POST", "/v1/jobs/a/explain", "/v1/jobs/{name}/explain", BOOT,
+                 {"down_from": "2026-01-01T00:00:00Z", "down_to": "2026-01-01T01:00:00Z"}),
+                # a triggered job: explain needs no window, with one it says the same
+                ("PUT", "/v1/jobs/t", "/v1/jobs/{name}", BOOT, {"executor": SPEC["executor"], "after": ["a"]}),
+                ("POST", "/v1/jobs/t/explain", "/v1/jobs/{name}/explain", BOOT, {}),
+                ("POST", "/v1/jobs/t/explain", "/v1/jobs/{name}/explain", BOOT,
+                 {"down_from": "2026-01-01T00:00:00Z", "down_to": "2026-01-01T01:00:00Z"}),
+                ("DELETE", "/v1/jobs/t", "/v1/jobs/{name}", BOOT, None),
             ]
             for method, url, path, token, body in cases:
                 r = await c.request(method, url, headers=bearer(token) if token else {},

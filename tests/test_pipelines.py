@@ -330,6 +330,10 @@ def test_a_fan_out_beyond_one_commands_bound_goes_on_in_bounded_steps(monkeypatc
     finish(s, lease(s, S1)[0], S1, True)
     assert sorted(r for r in s.runs if r.startswith("c")) == [f"c0@{S1}", f"c1@{S1}"]
     assert pipelines.pending_fanout(s, 10) == [["0000000000000001", "c1"]]
+    # the children still to be offered wait, and say so (a review: shown as decided, 404)
+    view = pipelines.waiting_run_or_why(s, f"c4@{S1}")
+    assert isinstance(view, dict) and view["state"] == "waiting", view
+    assert {v["job"] for v in pipelines.slot_runs(s, "a", S1)} >= {"c2", "c3", "c4"}
     assert restored(s).snapshot() == s.snapshot()  # the rest is in the state, not in a leader's memory
     step = commands.fanout_step(S1 + 1, key="0000000000000001", after="c1")
     assert apply(s, step)["ok"]

@@ -2054,6 +2054,9 @@ def _may_wait(s: SchedulerState, job: Record, slot: int, grid: dict[str, bool] |
             return None  # a run of the slot by hand with propagate, a backfill's with cascade
         if slot in s.pipes.joins.get(p, {}) or _held_by(s, f"{p}@{slot}") is not None:
             return None  # a triggered parent's slot waits for its own parents
+        if s.pipes.fanout and any(it["src"]["job"] == p and it["src"]["slot"] <= slot <= it["src"].get(
+                "slot_to", it["src"]["slot"]) for it in s.pipes.fanout.values()):
+            return None  # its outcome is still to reach some of its children (a deferred fan-out)
         pj = s.jobs.get(p)
         if pj is None:
             continue  # deleted: no slot of its to come

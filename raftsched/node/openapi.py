@@ -304,8 +304,9 @@ def _bodies() -> dict[str, Schema]:
                          "downstream": {"type": "boolean", "description": "with rerun: the jobs after it that ran "
                                         "for the slot run again after it, down the graph (propagate implied)"}}),
         "explain": {"oneOf": [_obj({"down_from": TIME, "down_to": TIME}, ("down_from", "down_to")),
-                              _obj({"slot": TIME}, ("slot",))],
-                    "description": "an outage window, or one slot (why it met or missed its deadline)"},
+                              _obj({"slot": TIME}, ("slot",)), _obj({})],
+                    "description": "an outage window, or one slot (why it met or missed its deadline), or, "
+                                   "for a triggered job only, nothing (what it runs after, its waiting slots)"},
         "ping": _obj({"status": {"enum": ["start", "success", "fail"], "default": "success"},
                       "slot": _nullable(TIME_OR_MS)}),
         "backfill": _obj({
@@ -479,8 +480,11 @@ def _more_responses() -> dict[str, Schema]:
                   ("job", "down_from", "down_to", "policy", "runs", "recorded", "slots_due", "next_slot")),
             _open({"job": s, "slot": s, "run": {"type": ["object", "null"]}, "runs": objs,
                    "deadline": {"type": ["object", "null"]}, "why": s},
-                  ("job", "slot", "run", "runs", "deadline", "why"))],
-            "description": "what an outage window would do, or why one slot met or missed its deadline"},
+                  ("job", "slot", "run", "runs", "deadline", "why")),
+            _open({"job": s, "triggered_by": arr, "summary": s, "waiting": arr},
+                  ("job", "triggered_by", "summary", "waiting"))],
+            "description": "what an outage window would do, or why one slot met or missed its deadline, or a "
+                           "triggered job's parents and waiting slots"},
         "backfill": backfill,
         "backfill_created": {"anyOf": [
             _open({"dry_run": {"const": True}, "job": s, "reprocess": s, "order": s, "planned": i,
