@@ -213,8 +213,7 @@ def tenant_take(s: SchedulerState, tenant: str, now: int) -> bool:
     t = s.tenants.get(tenant)
     if t is None:
         return True
-    elapsed = max(0, now - t["last_ms"])
-    t["tokens_micro"] = min(t["burst"] * _MICRO, t["tokens_micro"] + elapsed * t["rate_milli"])
+    t["tokens_micro"] = tokens_at(t, now)  # (the refill the reads see too: one formula)
     t["last_ms"] = max(t["last_ms"], now)
     if t["tokens_micro"] >= _MICRO:
         t["tokens_micro"] -= _MICRO
