@@ -609,6 +609,13 @@ def _finish(s: SchedulerState, bf: Record, state: str, now: int, reason: str | N
 
 
 # ------------------------------------------------------------------ trigger with a slot or a payload
+def slot_not_come(name: str, slot: int) -> Conflict:
+    """The refusal of a trigger of triggered job ``name`` (``after``, no schedule) for ``slot``,
+    still to come: apply's (trigger_job_with) and the node's before it proposes."""
+    return Conflict(f"slot {schedule.iso(slot) or slot} has not come: {name} runs after its parents, and its run "
+                    "of a slot is made when they report it; a run now is a trigger without a slot", field="slot")
+
+
 def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> Result:
     """``trigger_job {name, slot?, payload?}`` with a slot or a payload (jobs.apply_trigger_job
     without them is unchanged). ``payload`` overrides the job's for this run; without ``slot``
@@ -656,9 +663,7 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
         # of it made now was granted at once and held its worker's slot until that time (no run
         # starts before its slot): a walk filled every slot of a cluster with eight of them, and
         # took the slot's id from the run its parents would make (a walk).
-        raise Conflict(f"slot {schedule.iso(slot) or slot} has not come: {name} runs after its parents, and its "
-                       "run of a slot is made when they report it; a run now is a trigger without a slot",
-                       field="slot")
+        raise slot_not_come(name, slot)
     base = f"{name}@{slot}"
     if rerun:
         entries = pipelines.slot_entries(s, name, slot)

@@ -16,6 +16,7 @@ import hashlib
 import logging
 
 from ..core import backfill_model, backfill_plan, commands, limits, pipelines, queries, schedule
+from ..core import backfills as core_backfills
 from ..core.errors import Conflict, InvalidSpec, NotFound, RaftschedError
 from ..core.model import check_name
 from . import limits as node_limits
@@ -301,10 +302,8 @@ class BackfillService:
                 raise Conflict(f"slot {schedule.iso(t['slot'])} is after the cursor of job {name!r} "
                                f"({schedule.iso(job['cursor'])}): the schedule has not handled it yet, and its run "
                                f"will come", field="slot", cursor=schedule.iso(job["cursor"]))
-            if sched is None and t["slot"] > self.svc.clock.now_ms():  # apply refuses it too (core/backfills.py)
-                raise Conflict(f"slot {schedule.iso(t['slot'])} has not come: {name} runs after its parents, and its "
-                               "run of a slot is made when they report it; a run now is a trigger without a slot",
-                               field="slot")
+            if sched is None and t["slot"] > self.svc.clock.now_ms():  # apply refuses it too
+                raise core_backfills.slot_not_come(name, t["slot"])
         res = await self.svc.propose(commands.trigger_job(self.svc.clock.now_ms(), rid or new_request_id(),
                                                           name=name, extra=t))
         body = {"job": name, "run": res["run"], "state": res["state"], "created": res.get("created", True)}
