@@ -70,6 +70,10 @@ def test_a_dry_run_lists_the_slots_and_proposes_nothing_then_the_backfill_runs_t
         await err(await post(c, "/v1/backfills/nine/resume"), 409, "conflict", "id")
         lst = (await (await c.get("/v1/backfills?kind=backfill&state=cancelled")).json())["backfills"]
         assert [b["id"] for b in lst] == ["nine"]
+        # The eight slots it never came to are counted: created + left_out = planned.
+        p = lst[0]["progress"]
+        assert (p["planned"], p["created"], p["left_out"], p["left_out_reasons"]) == (10, 2, 8, {"cancelled": 8})
+        assert p["skipped"] == 2, p  # the two withdrawn
     run(t)
 
 

@@ -70,7 +70,14 @@ def backfill_view(bf: dict) -> dict:
     ``range_handled`` (every slot made a run or left out; ``done`` follows when its runs end)."""
     req, kind = bf["req"], bf["kind"]
     p = bf["progress"]
-    left = dict(sorted(bf["left_out"].items()))
+    left = dict(bf["left_out"])
+    if bf["state"] == "cancelled":
+        # The slots (dead runs) a cancel left it never came to: left out, reason cancelled, so
+        # created + left_out = planned holds for a cancelled operation too (docs/backfill.md).
+        short = bf["planned"] - bf["created"] - sum(left.values())
+        if short > 0:
+            left["cancelled"] = left.get("cancelled", 0) + short
+    left = dict(sorted(left.items()))
     v = {"id": bf["id"], "kind": kind, "job": bf["job"], "state": bf["state"], "reason": bf["reason"],
          "created_at": schedule.iso(bf["created_at"]), "updated_at": schedule.iso(bf["updated_at"]),
          "finished_at": schedule.iso(bf["finished_at"])}
