@@ -908,6 +908,17 @@ def test_cluster_shows_the_trigger_and_worker_counters_and_metrics_need_metrics(
                                                 ("waited_for_slot", 0), ("late_grants", 0), ("late_grants_gone", 0),
                                                 ("draining", False), ("executes", False)]
         assert (await c.get("/metrics")).status == 200
+
+        async def slots_metric():
+            text = await (await c.get("/metrics")).text()
+            return [ln for ln in text.splitlines() if ln.startswith("raftsched_worker_slots ")]
+        # A worker of 3 slots counts them only while it takes runs (not while its node leads a
+        # cluster of several: the registry says 0 then, and so does the metric).
+        env.worker.slots = 3
+        env.worker.channel.executes = lambda: False
+        assert await slots_metric() == ["raftsched_worker_slots 0.0"]
+        env.worker.channel.executes = lambda: True
+        assert await slots_metric() == ["raftsched_worker_slots 3.0"]
     run(with_worker, metrics=True)
 
 
