@@ -1261,27 +1261,50 @@ def test_a_jobs_queued_runs_are_cancelled_oldest_first_a_bounded_number_a_reques
     run(t)
 
 
-def test_a_job_cancel_sent_again_with_its_key_ends_what_is_left_and_replays_what_it_ended():
-    """The request's commands carry ids derived from its Idempotency-Key: sent again after some of
-    its runs moved on, each command is for other runs, and must not replay an answer of the first
-    for runs it would then leave queued."""
+def test_a_job_cancel_sent_again_with_its_key_ends_what_the_first_left_and_not_the_runs_fired_since(monkeypatch):
+    """A client sends a job's cancel again with its Idempotency-Key when it saw no answer (a
+    timeout, a leader change): the retry is the same request. It ends what the first attempt
+    left (a command that failed part-way), says ``duplicate``, and passes over the runs fired
+    after the first attempt (they were not the backlog it was asked to end: the retry had ended
+    the next slot's run). The key names the job's cancel: used for another job's, a conflict."""
+    from raftsched.core import limits
+    from raftsched.core.errors import Indeterminate
+    monkeypatch.setattr(limits, "run_refs_per_command", 2)
+
     async def t(env, c):
         await put(c, "p")
+        await put(c, "q")
         ids = []
-        for _ in range(3):
+        for _ in range(4):
             ids.append((await (await c.post("/v1/jobs/p/trigger")).json())["run"])
             env.clock.advance(1_000)
-        key = {"Idempotency-Key": "cancel-p-1"}
         first = await (await c.post("/v1/runs/" + ids[0] + "/cancel")).json()
         assert first["state"] == "skipped"
-        a = await (await c.post("/v1/jobs/p/cancel", headers=key)).json()
-        assert a["runs"] == ids[1:], a
-        for _ in range(2):
-            ids.append((await (await c.post("/v1/jobs/p/trigger")).json())["run"])
-            env.clock.advance(1_000)
+        real, calls = env.service.propose, []
+
+        async def second_fails(cmd):
+            calls.append(cmd["op"])
+            if cmd["op"] == "cancel_runs" and calls.count("cancel_runs") == 2:
+                raise Indeterminate("no answer in 5 s")
+            return await real(cmd)
+        monkeypatch.setattr(env.service, "propose", second_fails)
+        key = {"Idempotency-Key": "cancel-p-1"}
+        r = await c.post("/v1/jobs/p/cancel", headers=key)
+        assert r.status == 504 and (await r.json())["error"]["cancelled"] == 2
+        monkeypatch.setattr(env.service, "propose", real)
+        assert [env.state.runs[x]["state"] for x in ids[1:]] == ["skipped", "skipped", "queued"]
+        env.clock.advance(1_000)
+        later = [(await (await c.post("/v1/jobs/p/trigger")).json())["run"] for _ in range(2)]
         b = await (await c.post("/v1/jobs/p/cancel", headers=key)).json()
-        assert b["runs"] == ids[3:], b
-        assert all(env.state.runs[r]["state"] == "skipped" for r in ids)
+        assert (b["runs"], b.get("duplicate")) == (ids[3:], True), b
+        assert [env.state.runs[x]["state"] for x in later] == ["queued", "queued"], "a retry ended runs fired since"
+        again = await (await c.post("/v1/jobs/p/cancel", headers=key)).json()
+        assert (again["cancelled"], again.get("duplicate")) == (0, True), again
+        # The same key for another job's cancel: another request, refused.
+        await err(await c.post("/v1/jobs/q/cancel", headers=key), 409, "conflict", "Idempotency-Key")
+        # Without the key (or with a new one), a new request: it ends them.
+        fresh = await (await c.post("/v1/jobs/p/cancel", headers={"Idempotency-Key": "cancel-p-2"})).json()
+        assert fresh["runs"] == later and "duplicate" not in fresh, fresh
     run(t)
 
 

@@ -96,9 +96,14 @@ def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
     its read and this apply is passed over, so the cancel never ends a run that started unless
     asked to.
 
-    :returns: ``cancelled`` (how many ended: the others of ``runs``) and ``passed`` (``[id,
-        state]`` of those passed over, state None for an id that names no run): kept short, as
-        the request log keeps it.
+    A command with a request id (the first of a ``POST /v1/jobs/{name}/cancel`` that carried an
+    Idempotency-Key, with the job's ``name`` so that the key names this request) answers ``at``,
+    its time: a retry of that request, answered that the key was seen, passes over the runs
+    fired after it (node/service.py cancel_job_runs).
+
+    :returns: ``cancelled`` (how many ended: the others of ``runs``), ``passed`` (``[id,
+        state]`` of those passed over, state None for an id that names no run), and with a
+        request id ``at``: kept short, as the request log keeps it.
     :raises InvalidCommand: a field of the wrong type, no ids, or more than the bound."""
     ids, running, reason = cmd.get("runs"), cmd.get("running", False), _reason(cmd, "cancel_runs")
     if not isinstance(ids, list) or not 1 <= len(ids) <= limits.run_refs_per_command \
@@ -117,6 +122,8 @@ def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
             cancelled += 1
         else:
             passed.append([rid, state])
+    if cmd.get("rid") is not None:
+        return ok(cancelled=cancelled, passed=passed, at=cmd["now"])
     return ok(cancelled=cancelled, passed=passed)
 
 

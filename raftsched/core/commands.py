@@ -413,10 +413,12 @@ def cancel_run(now: int, rid: str | None, *, run: str, reason: str | None = None
 
 
 def cancel_runs(now: int, rid: str | None, *, runs: list[str], reason: str | None = None,
-                running: bool = False) -> Command:
+                running: bool = False, name: str | None = None) -> Command:
     """Runs ended by request (core/cancel.py apply_cancel_runs): the queued ones of ``runs``, and
-    with ``running`` the running ones too; ``reason`` why in the words of who asked."""
-    return make("cancel_runs", now, rid, runs=runs, running=running, **({} if reason is None else {"reason": reason}))
+    with ``running`` the running ones too; ``reason`` why in the words of who asked. ``name``, the
+    job's, goes with a request id (records.request_what: the key names the job's cancel)."""
+    return make("cancel_runs", now, rid, runs=runs, running=running, **({} if reason is None else {"reason": reason}),
+                **({} if name is None else {"name": name}))
 
 
 def member_url(now: int, *, addr: str, url: str) -> Command:

@@ -344,7 +344,8 @@ def ended_leases(s: SchedulerState, worker: str, leases: list[list[Any]],
 
 
 def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
-                   limit: int, scan_max: int, after: str | None = None) -> tuple[list[str], str | None]:
+                   limit: int, scan_max: int, after: str | None = None,
+                   fired_by: int | None = None) -> tuple[list[str], str | None]:
     """The ids of job ``name``'s queued runs (and with ``running`` its running ones), oldest first
     (the order its history holds them in: as they were fired or triggered), after run ``after``
     in it (a cursor: the ``next`` of the answer before; one no longer in the history starts from
@@ -354,7 +355,8 @@ def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collect
     from, None when the walk reached the history's end. It stops at ``limit`` found or
     ``scan_max`` entries read (the walk holds the replica's lock; the entries a cancel ended stay
     in the history until its job's next fire trims them, and a cursor walks past them once).
-    A job's queued and running runs are never trimmed from its history. ``POST
+    A job's queued and running runs are never trimmed from its history. With ``fired_by`` (a
+    retry's: the time of the request it repeats), a run fired after it is passed over. ``POST
     /v1/jobs/{name}/cancel``.
 
     :raises NotFound: no such job."""
@@ -374,7 +376,8 @@ def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collect
             return out, hist[k - 1] if k > start else after
         r = runs[rid]
         if (r["state"] == "queued" or (running and r["state"] == "running")) and not r.get("kind") == "backfill" \
-                and "backfill" not in r and (tenants is None or _tenant_of_run(s, r) in tenants):
+                and "backfill" not in r and (tenants is None or _tenant_of_run(s, r) in tenants) \
+                and (fired_by is None or (r.get("fired_at") or 0) <= fired_by):
             out.append(rid)
     return out, None
 

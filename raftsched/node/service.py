@@ -1067,30 +1067,47 @@ class Service:
         /v1/runs/{id}/cancel`` ends one (core/cancel.py apply_cancel_runs), in commands of
         limits.run_refs_per_command proposed together. A run that started (without ``running``)
         or ended between this node's read and the command is passed over. With ``tenants`` (a
-        limited token), the runs of those tenants only. The commands carry no request id (``rid``
-        is not used): applied twice, a command passes over what it ended (the request log keeps
-        its ids for the writes that need them; a million-run cancel's nine thousand commands
-        pushed every other out of it).
+        limited token), the runs of those tenants only. Applied twice, a command passes over what
+        it ended, so only the first command carries the request id (``rid``, the client's key;
+        a million-run cancel's nine thousand commands had pushed every other out of the request
+        log): a retry that finds it remembered passes over the runs fired after the first
+        attempt (its time, the command's answer ``at``), cancels what that attempt left (one that
+        failed part-way), and says ``duplicate``; the runs queued since are not the retried
+        request's. A first attempt that found nothing to cancel proposed nothing, and its retry
+        is a new request.
 
         :returns: ``{"job", "cancelled": n, "runs": [ids], "passed": [{"run", "state"}], "more",
             "next"}``, ``more`` (with ``next``, the cursor to send as ``after``) when the walk of
-            the job's history stopped before its end.
+            the job's history stopped before its end; ``duplicate`` on a retry (above).
         :raises NotFound: no such job. :raises RaftschedError: a command's failure (the ones
             applied beside it stay: asking again cancels the rest)."""
-        del rid
         if after is not None and not after.startswith(f"{name}@"):
             # A cursor is a run id of this job (an answer's next): another's, or none at all, would
             # start the walk from the oldest run and cancel what the requests before left alone.
             raise InvalidSpec(f"is not a run id of job {name!r} ({name}@...): send the next of the answer before",
                               field="after")
         await self.read_barrier()  # (the runs queued up to now, not a lagging replica's view)
+        fired_by = None
+        if rid is not None:
+            probe = commands.cancel_runs(self.clock.now_ms(), rid, runs=[name], name=name)
+            seen = self.read(queries.replayed, probe)
+            if seen is not None:
+                if not seen.get("ok") or type(seen.get("at")) is not int:
+                    # The key's first answer was a refusal (or names another request): that again.
+                    # (One of a node before 2026-12-08, with no time: a new request.)
+                    if not seen.get("ok"):
+                        await self.propose(probe)  # (answered from the request log: it raises)
+                else:
+                    fired_by = seen["at"]
+                rid = None  # (its first command is remembered already)
         ids, nxt = self.read(queries.runs_to_cancel, name, running, tenants, node_limits.cancel_job_runs_max,
-                             node_limits.cancel_job_scan_max, after)
+                             node_limits.cancel_job_scan_max, after, fired_by)
         now, step = self.clock.now_ms(), limits.run_refs_per_command
         parts = [ids[k:k + step] for k in range(0, len(ids), step)]
         results = await asyncio.gather(*(
-            self.propose(commands.cancel_runs(now, None, runs=part, reason=reason, running=running))
-            for part in parts), return_exceptions=True)
+            self.propose(commands.cancel_runs(now, rid if k == 0 else None, runs=part, reason=reason, running=running,
+                                              name=name if k == 0 and rid is not None else None))
+            for k, part in enumerate(parts)), return_exceptions=True)
         done: list[str] = []
         passed: list[dict] = []
         failed = None
@@ -1110,6 +1127,8 @@ class Service:
         out = {"job": name, "cancelled": len(done), "runs": done, "passed": passed, "more": nxt is not None}
         if nxt is not None:
             out["next"] = nxt
+        if fired_by is not None:
+            out["duplicate"] = True
         return out
 
     # ------------------------------------------------------------------ the fencing counter
