@@ -1267,7 +1267,7 @@ def test_a_job_cancel_sent_again_with_its_key_ends_what_the_first_left_and_not_t
     left (a command that failed part-way), says ``duplicate``, and passes over the runs fired
     after the first attempt (they were not the backlog it was asked to end: the retry had ended
     the next slot's run). The key names the job's cancel: used for another job's, a conflict."""
-    from raftsched.core import limits
+    from raftsched.core import limits, queries
     from raftsched.core.errors import Indeterminate
     monkeypatch.setattr(limits, "run_refs_per_command", 2)
 
@@ -1300,6 +1300,23 @@ def test_a_job_cancel_sent_again_with_its_key_ends_what_the_first_left_and_not_t
         assert [env.state.runs[x]["state"] for x in later] == ["queued", "queued"], "a retry ended runs fired since"
         again = await (await c.post("/v1/jobs/p/cancel", headers=key)).json()
         assert (again["cancelled"], again.get("duplicate")) == (0, True), again
+        # A retry that read before the first attempt's command applied (they overlap): its own
+        # first command is answered from the request log, and it goes on as the retry.
+        real_read = env.service.read
+        unseen: list = []
+
+        def unseen_once(fn, *args):
+            if fn is queries.replayed and not unseen:
+                unseen.append(1)
+                return None
+            return real_read(fn, *args)
+        monkeypatch.setattr(env.service, "read", unseen_once)
+        late = (await (await c.post("/v1/jobs/p/trigger")).json())["run"]
+        over = await (await c.post("/v1/jobs/p/cancel", headers=key)).json()
+        assert unseen and (over["cancelled"], over.get("duplicate")) == (0, True), over
+        assert env.state.runs[late]["state"] == "queued"
+        monkeypatch.setattr(env.service, "read", real_read)
+        later.append(late)
         # The same key for another job's cancel: another request, refused.
         await err(await c.post("/v1/jobs/q/cancel", headers=key), 409, "conflict", "Idempotency-Key")
         # Without the key (or with a new one), a new request: it ends them.

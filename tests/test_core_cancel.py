@@ -397,3 +397,32 @@ def test_cancel_runs_tells_each_run_cancelled():
     cancel_many(s, T0 + 41 * SEC, queued)
     ev = [e for e in s.outbox.events if e["kind"] == "run.cancelled"]
     assert [e["run_id"] for e in ev] == queued and all(e["detail"]["was"] == "queued" for e in ev)
+
+
+def test_a_jobs_cancel_with_a_key_remembers_how_far_it_read_and_its_retry_walks_no_further():
+    """The first command of a job's cancel sent with an Idempotency-Key answers ``upto``, the
+    newest entry of the job's history the node read; the retry's walk (queries.cancel_walk) ends
+    there, so the runs fired since are not looked at; one trimmed away ends it at once. The
+    bound is the state's own order, the same on every replica (not a clock's time)."""
+    from raftsched.core import queries
+    s = new_state(("a", EVERY10))
+    tick(s, T0 + 30 * SEC)
+    ids, nxt, newest = queries.cancel_walk(s, "a", False, None, 100, 1000)
+    assert len(ids) == 3 and nxt is None and newest == ids[-1]
+    res = apply(s, commands.cancel_runs(T0 + 31 * SEC, "k-1", runs=ids[:1], name="a", upto=newest))
+    assert res == {"ok": True, "cancelled": 1, "passed": [], "upto": newest}
+    tick(s, T0 + 40 * SEC)  # a slot fired since
+    fresh, _, _ = queries.cancel_walk(s, "a", False, None, 100, 1000)
+    assert fresh == ids[1:] + [f"a@{T0 + 40 * SEC}"]
+    assert queries.cancel_walk(s, "a", False, None, 100, 1000, None, newest)[0] == ids[1:]
+    assert queries.cancel_walk(s, "a", False, None, 100, 1000, None, "a@gone")[0] == []
+    # Sent again, the command is answered from the request log (the key names the job's cancel).
+    again = apply(s, commands.cancel_runs(T0 + 41 * SEC, "k-1", runs=ids[1:2], name="a", upto="a@x"))
+    assert again["duplicate"] and again["upto"] == newest and s.runs[ids[1]]["state"] == "queued"
+    assert not apply(s, commands.cancel_runs(T0 + 41 * SEC, "k-1", runs=ids[1:2], name="b"))["ok"]
+    # Without a key: no upto in the answer (nothing to remember); a bad upto changes nothing.
+    assert "upto" not in apply(s, commands.cancel_runs(T0 + 42 * SEC, None, runs=ids[1:2]))
+    for bad in (7, "", "x" * (limits.run_id_chars_max + 1)):
+        refused(s, commands.make("cancel_runs", T0 + 43 * SEC, None, runs=ids[2:], running=False, upto=bad),
+                "invalid_command")
+    assert s.runs[ids[2]]["state"] == "queued"

@@ -97,15 +97,19 @@ def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
     asked to.
 
     A command with a request id (the first of a ``POST /v1/jobs/{name}/cancel`` that carried an
-    Idempotency-Key, with the job's ``name`` so that the key names this request) answers ``at``,
-    its time: a retry of that request, answered that the key was seen, passes over the runs
-    fired after it (node/service.py cancel_job_runs).
+    Idempotency-Key, with the job's ``name`` so that the key names this request) answers
+    ``upto``, the newest entry of the job's history when the node read it (a run id, or None):
+    a retry of that request, answered that the key was seen, walks the history no further
+    (node/service.py cancel_job_runs).
 
     :returns: ``cancelled`` (how many ended: the others of ``runs``), ``passed`` (``[id,
         state]`` of those passed over, state None for an id that names no run), and with a
-        request id ``at``: kept short, as the request log keeps it.
+        request id ``upto``: kept short, as the request log keeps it.
     :raises InvalidCommand: a field of the wrong type, no ids, or more than the bound."""
     ids, running, reason = cmd.get("runs"), cmd.get("running", False), _reason(cmd, "cancel_runs")
+    upto = cmd.get("upto")
+    if upto is not None and not (isinstance(upto, str) and 0 < len(upto) <= limits.run_id_chars_max):
+        raise InvalidCommand("cancel_runs.upto must be a run id or nil")
     if not isinstance(ids, list) or not 1 <= len(ids) <= limits.run_refs_per_command \
             or not all(isinstance(r, str) and r and len(r) <= limits.run_id_chars_max for r in ids):
         raise InvalidCommand(f"cancel_runs.runs must be 1-{limits.run_refs_per_command} run ids")
@@ -123,7 +127,7 @@ def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
         else:
             passed.append([rid, state])
     if cmd.get("rid") is not None:
-        return ok(cancelled=cancelled, passed=passed, at=cmd["now"])
+        return ok(cancelled=cancelled, passed=passed, upto=upto)
     return ok(cancelled=cancelled, passed=passed)
 
 

@@ -345,7 +345,7 @@ def ended_leases(s: SchedulerState, worker: str, leases: list[list[Any]],
 
 def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
                    limit: int, scan_max: int, after: str | None = None,
-                   fired_by: int | None = None) -> tuple[list[str], str | None]:
+                   upto: str | None = None) -> tuple[list[str], str | None]:
     """The ids of job ``name``'s queued runs (and with ``running`` its running ones), oldest first
     (the order its history holds them in: as they were fired or triggered), after run ``after``
     in it (a cursor: the ``next`` of the answer before; one no longer in the history starts from
@@ -355,8 +355,10 @@ def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collect
     from, None when the walk reached the history's end. It stops at ``limit`` found or
     ``scan_max`` entries read (the walk holds the replica's lock; the entries a cancel ended stay
     in the history until its job's next fire trims them, and a cursor walks past them once).
-    A job's queued and running runs are never trimmed from its history. With ``fired_by`` (a
-    retry's: the time of the request it repeats), a run fired after it is passed over. ``POST
+    A job's queued and running runs are never trimmed from its history. With ``upto`` (a
+    retry's: the newest entry of the history when the request it repeats read it), the walk
+    ends at that entry: what was fired or triggered since is not looked at; an ``upto`` no
+    longer in the history (trimmed: every entry left is newer) ends it at once. ``POST
     /v1/jobs/{name}/cancel``.
 
     :raises NotFound: no such job."""
@@ -369,17 +371,33 @@ def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collect
             start = hist.index(after) + 1  # (a C-speed search, ~30 ms for a million entries)
         except ValueError:
             start = 0
+    end = len(hist)
+    if upto is not None:
+        try:
+            end = hist.index(upto) + 1
+        except ValueError:
+            end = 0
     out: list[str] = []
-    for k in range(start, len(hist)):
+    for k in range(start, end):
         rid = hist[k]
         if k - start >= scan_max or len(out) == limit:
             return out, hist[k - 1] if k > start else after
         r = runs[rid]
         if (r["state"] == "queued" or (running and r["state"] == "running")) and not r.get("kind") == "backfill" \
-                and "backfill" not in r and (tenants is None or _tenant_of_run(s, r) in tenants) \
-                and (fired_by is None or (r.get("fired_at") or 0) <= fired_by):
+                and "backfill" not in r and (tenants is None or _tenant_of_run(s, r) in tenants):
             out.append(rid)
     return out, None
+
+
+def cancel_walk(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
+                limit: int, scan_max: int, after: str | None = None,
+                upto: str | None = None) -> tuple[list[str], str | None, str | None]:
+    """:func:`runs_to_cancel`, and the newest entry of the job's history in the same read (None:
+    none): what a job's cancel with an Idempotency-Key remembers, so that its retry walks no
+    further (node/service.py cancel_job_runs)."""
+    ids, nxt = runs_to_cancel(s, name, running, tenants, limit, scan_max, after, upto)
+    hist = s.history.get(name)
+    return ids, nxt, hist[-1] if hist else None
 
 
 class RunWindow:

@@ -119,8 +119,9 @@ class _StateCollector:
         yield CounterMetricFamily("raftsched_worker_runs_completed", "attempts this node's worker reported", value=w["completed"])
         yield CounterMetricFamily("raftsched_worker_completions_refused", "reports refused for a stale token", value=w["refused"])
         yield GaugeMetricFamily("raftsched_worker_runs_running", "leases this node's worker holds: runs executing, prefetched to start next, or finished with the outcome on its way", value=w["running"])
-        # Its slots that take runs: 0 while it runs nothing (its node leads a cluster of several,
-        # or it drains), as the worker registry says (LeaseLoop.facts).
+        # Its slots that take runs: 0 while it runs nothing: its node leads a cluster of several
+        # (the worker registry says 0 too: LeaseLoop.facts), or it drains (the registry keeps its
+        # slots and says draining).
         yield GaugeMetricFamily("raftsched_worker_slots", "run slots of this node's worker that take runs now "
                                 "(0 while its node leads a cluster of several, or while it drains)",
                                 value=w["slots"] if w["executes"] else 0)

@@ -1065,14 +1065,18 @@ class Service:
         running ones), oldest first, after run ``after`` in its history (the ``next`` of the
         answer before), at most node_limits.cancel_job_runs_max: each as ``POST
         /v1/runs/{id}/cancel`` ends one (core/cancel.py apply_cancel_runs), in commands of
-        limits.run_refs_per_command proposed together. A run that started (without ``running``)
-        or ended between this node's read and the command is passed over. With ``tenants`` (a
-        limited token), the runs of those tenants only. Applied twice, a command passes over what
-        it ended, so only the first command carries the request id (``rid``, the client's key;
-        a million-run cancel's nine thousand commands had pushed every other out of the request
-        log): a retry that finds it remembered passes over the runs fired after the first
-        attempt (its time, the command's answer ``at``), cancels what that attempt left (one that
-        failed part-way), and says ``duplicate``; the runs queued since are not the retried
+        limits.run_refs_per_command. A run that started (without ``running``) or ended between
+        this node's read and the command is passed over. With ``tenants`` (a limited token), the
+        runs of those tenants only.
+
+        Applied twice, a command passes over what it ended, so only the first command carries
+        the request id (``rid``, the client's key; a million-run cancel's nine thousand commands
+        had pushed every other out of the request log), with the newest entry of the job's
+        history this node read (``upto``); it is committed before the others are proposed. A
+        retry that finds the key remembered (before proposing, or as the answer to its own first
+        command: the first attempt's got there first) walks the history no further than
+        ``upto``, ends what the first attempt left (its other commands failed, or it was cut
+        short), and says ``duplicate``: the runs fired or triggered since are not the retried
         request's. A first attempt that found nothing to cancel proposed nothing, and its retry
         is a new request.
 
@@ -1087,27 +1091,36 @@ class Service:
             raise InvalidSpec(f"is not a run id of job {name!r} ({name}@...): send the next of the answer before",
                               field="after")
         await self.read_barrier()  # (the runs queued up to now, not a lagging replica's view)
-        fired_by = None
+        walk = (name, running, tenants, node_limits.cancel_job_runs_max, node_limits.cancel_job_scan_max, after)
+        upto: str | None = None
+        duplicate = False
         if rid is not None:
-            probe = commands.cancel_runs(self.clock.now_ms(), rid, runs=[name], name=name)
-            seen = self.read(queries.replayed, probe)
+            seen = self.read(queries.replayed, commands.cancel_runs(0, rid, runs=[name], name=name))
             if seen is not None:
-                if not seen.get("ok") or type(seen.get("at")) is not int:
-                    # The key's first answer was a refusal (or names another request): that again.
-                    # (One of a node before 2026-12-08, with no time: a new request.)
-                    if not seen.get("ok"):
-                        await self.propose(probe)  # (answered from the request log: it raises)
-                else:
-                    fired_by = seen["at"]
-                rid = None  # (its first command is remembered already)
-        ids, nxt = self.read(queries.runs_to_cancel, name, running, tenants, node_limits.cancel_job_runs_max,
-                             node_limits.cancel_job_scan_max, after, fired_by)
+                upto, duplicate = self._cancel_remembered(seen, name, rid)
+                rid = None
+        ids, nxt, newest = self.read(queries.cancel_walk, *walk, upto)
         now, step = self.clock.now_ms(), limits.run_refs_per_command
         parts = [ids[k:k + step] for k in range(0, len(ids), step)]
-        results = await asyncio.gather(*(
-            self.propose(commands.cancel_runs(now, rid if k == 0 else None, runs=part, reason=reason, running=running,
-                                              name=name if k == 0 and rid is not None else None))
-            for k, part in enumerate(parts)), return_exceptions=True)
+        first: list[object] = []
+        if rid is not None and parts:
+            # The key's command, committed alone first: a retry then finds it whenever any of
+            # this attempt applied (a first part that failed while others applied left nothing
+            # to find).
+            cmd = commands.cancel_runs(now, rid, runs=parts[0], reason=reason, running=running, name=name,
+                                       upto=newest)
+            res = await self.propose(cmd)
+            if res.get("duplicate"):
+                # Another attempt of this request got there first (the client's retry overlapped
+                # it): this one is the retry, walked to that attempt's newest entry.
+                upto, duplicate = self._cancel_remembered(res, name, rid)
+                ids, nxt, _ = self.read(queries.cancel_walk, *walk, upto)
+                parts = [ids[k:k + step] for k in range(0, len(ids), step)]
+            else:
+                first = [res]
+        results = first + list(await asyncio.gather(*(
+            self.propose(commands.cancel_runs(now, None, runs=part, reason=reason, running=running))
+            for part in parts[len(first):]), return_exceptions=True))
         done: list[str] = []
         passed: list[dict] = []
         failed = None
@@ -1115,6 +1128,7 @@ class Service:
             if isinstance(res, BaseException):
                 failed = failed or res
                 continue
+            assert isinstance(res, dict)
             over = {r for r, _st in res["passed"]}
             done += [r for r in part if r not in over]
             passed += [{"run": r, "state": st} for r, st in res["passed"]]
@@ -1127,9 +1141,21 @@ class Service:
         out = {"job": name, "cancelled": len(done), "runs": done, "passed": passed, "more": nxt is not None}
         if nxt is not None:
             out["next"] = nxt
-        if fired_by is not None:
+        if duplicate:
             out["duplicate"] = True
         return out
+
+    @staticmethod
+    def _cancel_remembered(seen: dict, name: str, rid: str) -> tuple[str | None, bool]:
+        """What a job's cancel retried with its key reads from the first attempt's answer
+        (``seen``, from the request log): ``(upto, True)``; the first answer's refusal (or the key
+        used for another request) raised. An answer of a node before 2026-12-08 holds no ``upto``:
+        ``(None, False)``, a new request (as such a node made of every retry)."""
+        Proposer.result(seen, {"op": "cancel_runs", "rid": rid, "name": name})  # raises a refusal
+        if "upto" not in seen:
+            return None, False
+        upto = seen["upto"]
+        return (upto if isinstance(upto, str) else ""), True
 
     # ------------------------------------------------------------------ the fencing counter
     def fencing(self) -> dict:
