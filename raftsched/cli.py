@@ -549,6 +549,15 @@ def _trigger(a, c: Client) -> int:
     return show(res)
 
 
+def _member_remove(a, c: Client) -> int:
+    """``raftsched members remove HOST:PORT``: the answer, and its warning (a name no member or
+    learner has: nothing was removed) on stderr too."""
+    res = c.remove_member(a.addr)
+    for w in res.get("warnings") or () if isinstance(res, dict) else ():
+        print(f"warning: {w}", file=sys.stderr)
+    return show(res)
+
+
 def _preview(a, c: Client) -> int:
     """``raftsched preview NAME [--count N] [--after T]`` (GET /v1/jobs/NAME/preview), or
     ``raftsched preview --spec FILE [NAME] [--count N] [--after T]`` (POST /v1/preview: the spec
@@ -1370,7 +1379,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="how long to wait for it to catch up and become a voter")
     mc.add_argument("--no-wait", action="store_true", help="return once it is a learner")
     client("remove", "remove a node by its Raft HOST:PORT (a leader hands its leadership over first)",
-           lambda a, c: c.remove_member(a.addr), parent=ms).add_argument("addr", metavar="HOST:PORT")
+           run=_member_remove, parent=ms).add_argument("addr", metavar="HOST:PORT")
 
     # The fencing counter: read it, or raise it after a restore from copies (docs/fencing.md).
     fc = client("fencing", "the highest fencing token granted; --at-least N raises the counter to N (admin; after a "

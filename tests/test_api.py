@@ -798,7 +798,18 @@ def test_members_are_added_and_removed_by_raft_address_and_bad_requests_say_whic
         assert "127.0.0.1:9704" in cl["members"] and cl["learners"] == [] and cl["membership"]["pending"] is None
         r = await c.delete("/v1/cluster/members/127.0.0.1:9704")
         assert r.status == 200 and (await r.json())["state"] == "removed"
-        assert (await (await c.delete("/v1/cluster/members/127.0.0.1:9704")).json())["changed"] is False
+        gone = await (await c.delete("/v1/cluster/members/127.0.0.1:9704")).json()
+        assert gone["changed"] is False and gone["warnings"] == [
+            "addr: 127.0.0.1:9704 is not a member nor a learner of this cluster (its members: 127.0.0.1:1): "
+            "nothing was removed"], gone
+        # A member under another name (a walk: "removed", exit 0, and it stayed a voter): refused.
+        assert (await c.post("/v1/cluster/members", data=json.dumps({"addr": "127.0.0.1:9706"}))).status == 200
+        body = await err(await c.delete("/v1/cluster/members/localhost:9706"), 409, "conflict", "addr")
+        assert "is member 127.0.0.1:9706 under another name" in body["error"]["message"], body
+        assert "127.0.0.1:9706" in env.raft.voters
+        # Its own name: removed, no warning.
+        r = await (await c.delete("/v1/cluster/members/127.0.0.1:9706")).json()
+        assert r["changed"] is True and "warnings" not in r, r
         for body, field in (([], None), ({}, "addr"), ({"addr": 5}, "addr"), ({"addr": "h:1", "why": 1}, "why"),
                             ({"addr": "no-port"}, "addr")):
             await err(await c.post("/v1/cluster/members", data=json.dumps(body)), 422, "invalid", field)

@@ -452,3 +452,14 @@ def test_a_runs_output_of_several_lines_is_shown_as_written_under_the_table(run,
     out = capsys.readouterr().out
     assert rc == 0 and "OUTPUT\nstep 1\nstep 2\n  Traceback" in out, out
     assert "exit status 1" in out and "step 1 step 2" not in out, out
+
+
+def test_members_remove_of_a_name_no_member_has_says_nothing_was_removed(run, capsys):
+    """A walk removed a member by another of its names and read "removed": the node now refuses
+    that (409), and for a name no member has it answers a warning, which goes to stderr."""
+    rc, calls = run(["members", "remove", "10.0.0.9:9700"], answers={"remove_member": {
+        "addr": "10.0.0.9:9700", "state": "removed", "changed": False,
+        "warnings": ["addr: 10.0.0.9:9700 is not a member nor a learner of this cluster (its members: "
+                     "10.0.0.1:9700): nothing was removed"]}})
+    assert rc == 0 and calls == [("remove_member", ("10.0.0.9:9700",), {})]
+    assert "warning: addr: 10.0.0.9:9700 is not a member nor a learner" in capsys.readouterr().err

@@ -510,10 +510,44 @@ async def fencing_floor(request: web.Request) -> web.Response:
 
 async def remove_member(request: web.Request) -> web.Response:
     """Remove a node by its Raft address (a leader removing itself hands its leadership over
-    first); not a member: 200, nothing changed."""
-    res = await request.app[SERVICE].raft.change_members("remove", request.match_info["addr"],
-                                                         timeout_s=node_limits.membership_change_timeout_s)
+    first); not a member: 200, nothing changed, and a warning that says so. A member's address
+    under another name (``localhost:9702`` for ``127.0.0.1:9702``) is refused (409): answered
+    "removed, nothing changed", an operator took a voter for gone and shut its machine down."""
+    raft = request.app[SERVICE].raft
+    addr = request.match_info["addr"]
+    warning = await _check_removed_member(raft, addr)
+    res = await raft.change_members("remove", addr, timeout_s=node_limits.membership_change_timeout_s)
+    if warning is not None and not res.get("changed"):
+        res = dict(res, warnings=[warning])
     return json_response(res)
+
+
+async def _check_removed_member(raft, addr: str) -> str | None:
+    """Before a remove of ``addr``, not a member nor a learner under that name: the member it
+    names under another name refused (409, as an add's), else the warning that nothing is
+    removed (a retry of a remove that applied sees it too, and is told the truth). A name that
+    does not resolve (a dead machine's, say) names no member; an address change_members
+    refuses is its to answer. None: a member's own name."""
+    try:
+        check_member_addr(addr)
+    except ValueError:
+        return None
+    st = raft.status()
+    members = sorted(set(st.get("members") or ()) | set(st.get("learners") or ()))
+    if addr in members:
+        return None
+    try:
+        mine, *theirs = await asyncio.wait_for(asyncio.gather(*(_resolved(a) for a in [addr, *members])),
+                                               node_limits.member_resolve_s)
+    except TimeoutError:
+        mine, theirs = "", []
+    if not isinstance(mine, str):
+        for m, got in zip(members, theirs):
+            if not isinstance(got, str) and mine & got:
+                raise Conflict(f"{addr} is member {m} under another name: name it as the cluster does "
+                               f"(raftsched members remove {m})", "addr")
+    return (f"addr: {addr} is not a member nor a learner of this cluster (its members: {', '.join(members)}): "
+            "nothing was removed")
 
 
 def _pausers_shown(request: web.Request, jobs: list[dict]) -> None:
