@@ -137,6 +137,11 @@ def test_did_my_slot_run_and_if_not_why():
         slot = rec[0]["slot"]
         found = (await (await c.get(f"/v1/jobs/s/runs?slot={slot}")).json())["runs"]
         assert found and found[0]["state"] == "skipped"
+        # An offset's + unescaped reads as a space: the error says how to write it.
+        got = await err(await c.get("/v1/jobs/s/runs?slot=2026-12-08T00:00:00+01:00"), 400, "bad_request", "slot")
+        assert "write '2026-12-08T00:00:00%2B01:00'" in got["error"]["message"], got
+        got = await err(await c.get("/v1/jobs/s/runs?slot=yesterday"), 400, "bad_request", "slot")
+        assert "%2B" not in got["error"]["message"], got
     run(t)
 
 
@@ -528,7 +533,15 @@ def test_a_body_naming_a_key_twice_is_refused_and_changes_nothing():
         assert "twice" in got["error"]["message"], got
         inner = json.dumps(dict(SPEC, schedule={"cron": "0 * * * *"})).replace(
             '{"cron": "0 * * * *"}', '{"cron": "0 * * * *", "cron": "* * * * *"}')
-        await err(await c.put("/v1/jobs/a", data=inner.encode(), headers=AUTH), 400, "bad_request", "cron")
+        # Named by its path, as every other field (a walk read "every_s" for schedule.every_s).
+        await err(await c.put("/v1/jobs/a", data=inner.encode(), headers=AUTH), 400, "bad_request", "schedule.cron")
+        deep = json.dumps(dict(SPEC, payload={"steps": [{"k": 1}, {"a": 1}]})).replace('{"a": 1}', '{"a": 1, "a": 2}')
+        got = await err(await c.put("/v1/jobs/a", data=deep.encode(), headers=AUTH), 400, "bad_request",
+                        "payload.steps[1].a")
+        assert "the key 'a' appears twice" in got["error"]["message"], got
+        # Malformed past the key: the first read's error stands (the key, unnamed by path).
+        await err(await c.put("/v1/jobs/a", data=(inner[:-1] + ', "x": [}').encode(), headers=AUTH), 400,
+                  "bad_request", "cron")
         assert (await c.get("/v1/jobs/a", headers=AUTH)).status == 404
         # The same key in two objects is not a duplicate.
         ok = json.dumps(dict(SPEC, payload={"priority": 1}))

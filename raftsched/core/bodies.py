@@ -29,7 +29,20 @@ def json_loads(raw: str | bytes, keys_once: bool = True) -> Any:
     hook = _object if keys_once else None
     try:
         return json.loads(raw, object_pairs_hook=hook)
-    except BadRequest:
+    except BadRequest as e:
+        if e.extra.get(_TWICE_KEY) is None:
+            raise
+        # A key twice: read again marking the object that holds it, to name its field
+        # (schedule.every_s, not every_s).
+        e.extra.pop(_TWICE_KEY)
+        try:
+            found = _find(json.loads(raw, object_pairs_hook=_object_marked), "", lambda x: isinstance(x, _Twice))
+        except (ValueError, RecursionError):  # (malformed past it: the first read stopped at the key)
+            found = None
+        if found is not None and found[0]:
+            path, twice = found
+            e.message = f"malformed JSON: the key {twice.key!r} appears twice in one object"
+            e.field = f"{path}.{twice.key}"
         raise
     except ValueError:
         # Malformed, or an integer int() refuses: read again (only then: an int hook costs every
@@ -61,8 +74,15 @@ _HUGE = object()
 
 def _huge_at(v: Any, path: str) -> str | None:
     """The field (``a.b[2]``) of ``v`` holding _HUGE, or None."""
-    if v is _HUGE:
-        return path
+    found = _find(v, path, lambda x: x is _HUGE)
+    return None if found is None else found[0]
+
+
+def _find(v: Any, path: str, hit: Any) -> tuple[str, Any] | None:
+    """The first field (``a.b[2]``) of ``v``, depth first, whose value ``hit(value)`` is true for,
+    with that value; None when none."""
+    if hit(v):
+        return path, v
     items: Any = (v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ())
     for k, x in items:
         if isinstance(k, int):
@@ -70,22 +90,45 @@ def _huge_at(v: Any, path: str) -> str | None:
         else:
             name = k[:64].encode("utf-8", "backslashreplace").decode()  # (sent back: printable)
             sub = f"{path}.{name}" if path else name
-        found = _huge_at(x, sub)
+        found = _find(x, sub, hit)
         if found is not None:
             return found
+    return None
+
+
+#: BadRequest.extra's key for the key json_loads found twice (taken out before it is raised on).
+_TWICE_KEY = "_twice"
+
+
+def _twice(pairs: list[tuple[str, Any]]) -> str | None:
+    """The first key ``pairs`` hold twice (printable, at most 64 characters), or None."""
+    seen: set[str] = set()
+    for k, _ in pairs:
+        if k in seen:
+            return k[:64].encode("utf-8", "backslashreplace").decode()  # (sent back: printable)
+        seen.add(k)
     return None
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     d = dict(pairs)
     if len(d) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                name = k[:64].encode("utf-8", "backslashreplace").decode()  # (sent back: printable)
-                raise BadRequest(f"malformed JSON: the key {name!r} appears twice in one object", field=name)
-            seen.add(k)
+        name = _twice(pairs)
+        raise BadRequest(f"malformed JSON: the key {name!r} appears twice in one object", field=name,
+                         **{_TWICE_KEY: name})
     return d
+
+
+class _Twice:
+    """An object json_loads found a key twice in (its second read, to name the field)."""
+
+    def __init__(self, key: str | None) -> None:
+        self.key = key
+
+
+def _object_marked(pairs: list[tuple[str, Any]]) -> Any:
+    d = dict(pairs)
+    return _Twice(_twice(pairs)) if len(d) != len(pairs) else d
 
 
 def _words(body: object, field: str, n: int, others: AbstractSet[str] = frozenset()) -> str | None:

@@ -228,7 +228,11 @@ def time_param(request: web.Request, name: str) -> int | None:
     try:
         return schedule.parse_iso_ms(text, name)
     except InvalidSpec as e:
-        raise BadRequest(e.message, field=name) from None
+        msg = e.message
+        if " " in text:
+            # A query string's + is a space (form encoding): an offset's + must be sent as %2B.
+            msg += f" (a + in a query string reads as a space: write {text.replace(' ', '%2B')!r}, or Z)"
+        raise BadRequest(msg, field=name) from None
 
 
 def job_param(request: web.Request, name: str = "job", max_chars: int = limits.job_name_chars_max) -> str | None:
