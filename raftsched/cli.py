@@ -72,8 +72,9 @@ def _target_args(p: argparse.ArgumentParser, whose: str) -> None:
     p.add_argument("--context", help="the context of ~/.config/raftsched/config.toml to use (default: "
                                      "$RAFTSCHED_CONTEXT, else its current-context)")
     p.add_argument("--token", help="the API token (visible to other users in ps: prefer --token-file)")
-    p.add_argument("--token-file", help="a file holding the API token (default: $RAFTSCHED_TOKEN, else the "
-                                        "context's token_file, else the recorded cluster's .raftsched/token)")
+    p.add_argument("--token-file", help="a file holding the API token (without it and --token: the token in "
+                                        "$RAFTSCHED_TOKEN, else the context's token_file, else the recorded "
+                                        "cluster's .raftsched/token)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="say on stderr which nodes, token and CA are used, and where each came from")
     _tls_client_args(p, whose)
@@ -501,10 +502,11 @@ def _target(a) -> Target:
     t = resolve(url=a.url, context=getattr(a, "context", None), token=token, token_file=a.token_file,
                 ca_file=a.ca_file, client_cert=a.client_cert, client_key=a.client_key,
                 env=dict(os.environ), cwd=os.getcwd(), home=os.path.expanduser("~"))
-    for note in t.notes:
-        print(f"raftsched: {note}", file=sys.stderr)
-    if getattr(a, "verbose", False):
+    if getattr(a, "verbose", False):  # (the description ends with the notes)
         print("raftsched: " + t.describe().replace("\n", "\nraftsched: "), file=sys.stderr)
+    else:
+        for note in t.notes:
+            print(f"raftsched: {note}", file=sys.stderr)
     return t
 
 
@@ -1103,7 +1105,20 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs["allow_abbrev"] = False
+        kwargs.setdefault("formatter_class", _Help)
         super().__init__(*args, **kwargs)
+
+
+class _Help(argparse.HelpFormatter):
+    """Every option's help says its default when it is a number and the help does not say it
+    already (a walk: --wait-s, --limit, --deadline-s, --slots showed none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        h = action.help
+        d = action.default
+        if h and "default" not in h and type(d) in (int, float) and action.option_strings:
+            return f"{h} (default: %(default)g)"
+        return h
 
 
 def _group(sub, name: str, help: str):
@@ -1287,7 +1302,7 @@ def main(argv: list[str] | None = None) -> int:
     c = client("runs", "a job's runs and recorded slots, newest first (a recorded range of missed slots is one "
                        "entry: its SLOTS are FIRST..LAST (COUNT))", run=_runs, read=True)
     c.add_argument("name")
-    c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
+    c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT, help="entries shown")
     c.add_argument("--state", choices=RUN_STATES, help="only entries in this state")
     c.add_argument("--slot", metavar="T", help="only the entry of this slot (\"did my 02:00 run happen?\"): its "
                                                "run, or the record whose range holds it; an ISO time, or ms since "
@@ -1340,7 +1355,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--state", choices=("pending", "met", "late", "missed"))
     c.add_argument("--job")
     c.add_argument("--since", help="ISO time: only slots at or after it")
-    c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
+    c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT, help="slots shown")
     c = client("ping", "report a heartbeat job's start, success or fail (default success)",
                lambda a, c: c.ping(a.name, a.status, slot=_slot_arg(a.slot)))
     c.add_argument("name")
@@ -1375,9 +1390,10 @@ def main(argv: list[str] | None = None) -> int:
                    "each, the conditions", run=_members, parent=ms)
     mc = client("add", "add a node by its Raft HOST:PORT and wait until it is a voter", run=_member_add, parent=ms)
     mc.add_argument("addr", metavar="HOST:PORT")
-    mc.add_argument("--wait-s", type=float, default=MEMBER_WAIT_S_DEFAULT,
-                    help="how long to wait for it to catch up and become a voter")
-    mc.add_argument("--no-wait", action="store_true", help="return once it is a learner")
+    wait = mc.add_mutually_exclusive_group()
+    wait.add_argument("--wait-s", type=float, default=MEMBER_WAIT_S_DEFAULT,
+                      help="how long to wait for it to catch up and become a voter")
+    wait.add_argument("--no-wait", action="store_true", help="return once it is a learner")
     client("remove", "remove a node by its Raft HOST:PORT (a leader hands its leadership over first)",
            run=_member_remove, parent=ms).add_argument("addr", metavar="HOST:PORT")
 
@@ -1415,7 +1431,7 @@ def main(argv: list[str] | None = None) -> int:
     nc = client("dead", "the events a sink refused past its retry budget, newest first",
                 lambda a, c: c.sink_dead(a.name, a.limit), parent=ns, read=True)
     nc.add_argument("name")
-    nc.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
+    nc.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT, help="events shown")
     nc = client("requeue", "deliver a sink's dead events again (all, or --event ID ...)",
                 lambda a, c: c.sink_requeue(a.name, a.events), parent=ns)
     nc.add_argument("name")

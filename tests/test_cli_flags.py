@@ -463,3 +463,20 @@ def test_members_remove_of_a_name_no_member_has_says_nothing_was_removed(run, ca
                      "10.0.0.1:9700): nothing was removed"]}})
     assert rc == 0 and calls == [("remove_member", ("10.0.0.9:9700",), {})]
     assert "warning: addr: 10.0.0.9:9700 is not a member nor a learner" in capsys.readouterr().err
+
+
+def test_help_says_each_numeric_default_and_members_add_takes_one_of_wait_s_and_no_wait(capsys):
+    """A walk read `--wait-s`, `--limit`, `--deadline-s` and a worker's `--slots` with no default
+    in --help; and `members add --wait-s 5 --no-wait` was taken (the wait ignored)."""
+    from raftsched import cli
+    for argv, want in ((["members", "add", "--help"], ["--wait-s WAIT_S", "(default: 120)", "(default: 30)"]),
+                       (["runs", "--help"], ["entries shown (default: 20)"]),
+                       (["worker", "--help"], ["runs executed at once (default: 4)"])):
+        with pytest.raises(SystemExit) as ex:
+            cli.main(argv)
+        out = " ".join(capsys.readouterr().out.split())
+        assert ex.value.code == 0 and all(w in out for w in want), (argv, out)
+        assert "(default: None)" not in out and "(default: False)" not in out
+    with pytest.raises(SystemExit) as ex:
+        cli.main(["members", "add", "h:1", "--wait-s", "5", "--no-wait"])
+    assert ex.value.code == 2 and "not allowed with argument --wait-s" in capsys.readouterr().err

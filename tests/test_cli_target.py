@@ -167,8 +167,14 @@ def test_dash_v_says_which_nodes_and_token_and_a_missing_token_is_exit_2(tmp_pat
     assert "nodes: http://127.0.0.1:18701,http://127.0.0.1:18702,http://127.0.0.1:18703 (from the cluster recorded in" \
         in out.err and ".raftsched/token (the recorded cluster's)" in out.err
     assert made[0][1]["token"] == "recorded-token-0123456789" and made[0][1]["fail_fast"] is True
+    # A note (a port base the recorded cluster overrides) is said once, with or without -v.
+    monkeypatch.setenv("RAFTSCHED_API_PORT_BASE", "47400")
+    for argv in (["get", "j", "-v", "-o", "json"], ["get", "j", "-o", "json"]):
+        assert cli.main(argv) == 0
+        assert capsys.readouterr().err.count("RAFTSCHED_API_PORT_BASE=47400 is ignored") == 1, argv
+    monkeypatch.delenv("RAFTSCHED_API_PORT_BASE")
     assert cli.main(["get", "j", "--url", "http://127.0.0.1:8701"]) == 2
-    assert "no token found" in capsys.readouterr().err and len(made) == 1
+    assert "no token found" in capsys.readouterr().err and len(made) == 3
 
 
 # ---------------------------------------------------------------------- one round, then what each node said
