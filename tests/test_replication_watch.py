@@ -146,3 +146,24 @@ def test_a_node_that_is_no_member_says_so(clock):
     assert _look(w, clock, 0.2)["conditions"] == [{"type": "cluster.not_a_member", "node": "self"}]
     sync.member = "learner"
     assert _look(w, clock, 0.2)["conditions"] == []
+
+
+def test_no_leader_for_long_is_logged_once_with_what_may_be_wrong_and_its_end(clock, caplog):
+    """A walk: a node started without --join beside a running cluster stood for election for
+    minutes, and its log said nothing after role=candidate."""
+    sync = FakeSync()
+    sync.leader = None
+    sync.raftCurrentTerm = 60
+    w = ReplicationWatch(sync)
+    with caplog.at_level(logging.INFO, logger="raftsched.replication"):
+        _look(w, clock, _watch.NO_LEADER_LOG_S - 1)
+        assert not caplog.records
+        for _ in range(3):
+            _look(w, clock, 1.0)
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1 and said[0].startswith("replication.no_leader for_s=31 term=60") and "--join" in said[0]
+        sync.leader = object()
+        _look(w, clock, 0.2)
+        _look(w, clock, 0.2)
+        assert [r.getMessage().split()[0] for r in caplog.records] == ["replication.no_leader",
+                                                                      "replication.leader_known"]

@@ -36,6 +36,10 @@ STALL_S = 10.0
 #: Seconds without a known leader before it is a condition: an election after a leader's death
 #: takes about a second (docs/benchmarks.md, fail-over), so this is no election but an outage.
 NO_LEADER_S = 3.0
+#: Seconds without a known leader before this node logs it, once, with what may be wrong (a walk:
+#: a node started without --join beside a running cluster stood for election for minutes, its
+#: term climbing, and its log said nothing after "role=candidate").
+NO_LEADER_LOG_S = 30.0
 #: How often the tick callback looks (it runs on every tick).
 _EVERY_S = 0.1
 
@@ -49,6 +53,7 @@ class ReplicationWatch:
         self._commit_at = now
         self._stalled_since: float | None = None      # this node's commit, behind the leader's
         self._no_leader_since: float | None = now      # no leader known since (None: one is)
+        self._no_leader_warned = False
         self._follower_seen: dict[str, tuple[int, float]] = {}  # id -> (match, since)
         self._followers_warned: set[str] = set()
         self._view: dict = {"commit_stalled_s": 0.0, "leader_commit_index": 0, "followers": {},
@@ -109,6 +114,15 @@ class ReplicationWatch:
             self._no_leader_since = None
         no_leader_s = 0.0 if self._no_leader_since is None else now - self._no_leader_since
         view = sync.members_view()
+        if no_leader_s > NO_LEADER_LOG_S and not self._no_leader_warned:
+            self._no_leader_warned = True
+            logger.warning("replication.no_leader for_s=%.0f term=%s (no majority of the members answers this node: "
+                           "are they running, and does --peers name them as they name each other? A node added to "
+                           "a running cluster is started with --join on an empty --data-dir, then added with "
+                           "raftsched members add)", no_leader_s, getattr(sync, "raftCurrentTerm", None))
+        elif self._no_leader_since is None and self._no_leader_warned:
+            self._no_leader_warned = False
+            logger.info("replication.leader_known (after the outage logged as replication.no_leader)")
         self._view = {"commit_stalled_s": round(stalled_s, 3), "leader_commit_index": leader_commit,
                       "followers": followers, "no_leader_s": round(no_leader_s, 3),
                       "member": view is None or view.get("self") != "none"}
