@@ -50,9 +50,11 @@ def render() -> str:
     w("")
     w("A slot is *on time* when the leader fires it within `grace_s` of its scheduled time "
       f"(default {limits.grace_s_default} s; never less than {limits.grace_ms_floor / 1000:g} s, so that "
-      "the trigger's own lateness is no misfire: `grace_s: 0` means a slot missed by an outage is never "
-      "run late). Older slots were *missed*, and each job's misfire policy "
-      "decides their fate. Every slot that does not become a run is a record in the job's history, "
+      "the trigger's own lateness is no misfire). Older slots were *missed*, and each job's misfire policy "
+      "decides their fate. With `skip`, `grace_s: 0` means a slot missed by an outage is never run late; "
+      "`fire_once` and `fire_all` run missed slots late by design, and a run committed before an outage "
+      "(fired ahead, or queued) starts late after it under every policy: a job that must never start late "
+      "sets `deadline.late_start: skip` (below). Every slot that does not become a run is a record in the job's history, "
       "with its reason, so `GET /v1/jobs/{name}/runs?slot=...` answers \"did my 02:00 run happen, and if not, why\".")
     w("")
     w("| policy | missed slots that run | missed slots recorded |")
