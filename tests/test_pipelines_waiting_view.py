@@ -256,3 +256,19 @@ def test_a_triggered_jobs_slot_still_to_come_cannot_be_triggered_by_hand():
     assert not [r for r in s.runs if r.startswith("pd@")]
     res = apply(s, commands.make("trigger_job", S1, None, name="pd", slot=S1))
     assert res["ok"] and res["created"] and res["run"] == f"pd@{S1}", res
+
+
+def test_a_slot_inside_a_parents_recorded_range_shows_that_range_in_the_slots_pipeline():
+    """A walk: pa (misfire skip) missed three slots in an outage, recorded as one range from its
+    first slot; ``GET /v1/jobs/pa/runs?slot=`` of its second slot answered ``pipeline: []`` and
+    pc's the same slot listed only pb, as if pa had done nothing for it. The range is its record."""
+    skip = {"policy": "skip", "grace_s": 1}
+    s = chain_state(("pa", job_raw(every_s=30, misfire=skip)), ("pb", job_raw(every_s=30)),
+                    ("pc", job_raw(after=["pa", "pb"])))
+    tick(s, S1 + 2 * EVERY + 10 * SEC)  # three slots of each, ten seconds late: pa's skipped, pb's run
+    (rng,) = [r for r in s.runs.values() if r["job"] == "pa"]
+    assert (rng["slot"], rng.get("slot_to"), rng["state"]) == (S1, S1 + 2 * EVERY, "skipped"), rng
+    for slot in (S1, S1 + EVERY, S1 + 2 * EVERY):
+        got = {(r["job"], r["id"]) for r in pipelines.slot_runs(s, "pc", slot)}
+        assert ("pa", rng["id"]) in got and ("pb", f"pb@{slot}") in got, (slot, got)
+    assert not any(r["job"] == "pa" for r in pipelines.slot_runs(s, "pc", S1 + 3 * EVERY))

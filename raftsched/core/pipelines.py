@@ -1976,6 +1976,8 @@ def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
         # showed its dead run only, its children after the backfill's success beside it.
         again = (f"{n}@{slot}#", f"{n}@{slot}!")
         later = [runs[rid] for rid in s.history.get(n, ()) if rid.startswith(again) and rid in runs]
+        if r is None and not later:
+            r = _range_covering(s, n, slot)
         if r is not None or later:
             # Copies, as every read answers runs (queries._run_copy): the view is made outside
             # the replica's lock, and a succeeded run's last attempt is not kept but shown.
@@ -1987,6 +1989,18 @@ def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
             out.append({"id": f"{n}@{slot}", "job": n, "slot": slot, "state": "waiting", "kind": "waiting",
                         "waiting_on": on, "waiting_for": waiting_text(on)})
     return out
+
+
+def _range_covering(s: SchedulerState, name: str, slot: int) -> Record | None:
+    """Job ``name``'s recorded range (``slot`` .. ``slot_to``: an outage's missed slots, a
+    parent's decided range) holding ``slot`` past its first, newest first; None when none does.
+    (A walk: a slot inside a range showed the parent as having done nothing for it.)"""
+    runs = s.runs
+    for rid in reversed(s.history.get(name, ())):
+        r = runs.get(rid)
+        if r is not None and "slot_to" in r and r["slot"] <= slot <= r["slot_to"]:
+            return r
+    return None
 
 
 def waiting_run(s: SchedulerState, run_id: str) -> Record | None:
