@@ -506,9 +506,26 @@ def test_a_gated_pair_of_a_cron_and_an_interval_off_the_minute_is_refused():
         assert (await put(c, "ip2", dict(SPEC, schedule=started))).status == 201
         assert (await put(c, "ck2", dict(cron, after=["ip2"]))).status == 201
         await err(await put(c, "ip2", hourly), 422, "invalid", "schedule")
-        env.clock.advance(60_000 - env.clock.now_ms() % 60_000)  # on the minute
+        env.clock.advance(3_600_000 - env.clock.now_ms() % 3_600_000)  # on the hour
         assert (await put(c, "ip3", hourly)).status == 201
         assert (await put(c, "ck3", dict(cron, after=["ip3"]))).status == 201
+        # On the minute is not enough: the minutes of the hour must meet too (a walk: an hourly
+        # parent at :00 and "30 * * * *", or "0 * * * *" in Asia/Kathmandu, at :15 UTC, were
+        # accepted, every slot to time out a day later).
+        for sched in ({"cron": "30 * * * *"}, {"cron": "0 * * * *", "timezone": "Asia/Kathmandu"}):
+            body = await err(await put(c, "ck4", dict(SPEC, schedule=sched, after=["ip3"])), 422, "invalid",
+                             "after[0].job")
+            assert "the interval job on minute(s) :00:" in body["error"]["message"], body
+        for sched in ({"cron": "*/15 * * * *"}, {"cron": "30 * * * *", "timezone": "Australia/Lord_Howe"},
+                      {"cron": "0 2 * * *", "timezone": "Europe/Berlin"}):
+            assert (await put(c, "ck5", dict(SPEC, schedule=sched, after=["ip3"]))).status in (200, 201), sched
+        env.clock.advance(37 * 60_000)  # an hourly job made at :37: no "0 * * * *" slot is one of its
+        assert (await put(c, "ip4", hourly)).status == 201
+        await err(await put(c, "ck6", dict(cron, after=["ip4"])), 422, "invalid", "after[0].job")
+        assert (await put(c, "ip5", dict(SPEC, schedule={"every_s": 900}))).status == 201  # :37, :52, :07, :22
+        await err(await put(c, "ck7", dict(SPEC, schedule={"cron": "0,30 * * * *"}, after=["ip5"])), 422,
+                  "invalid", "after[0].job")
+        assert (await put(c, "ck8", dict(SPEC, schedule={"cron": "7 * * * *"}, after=["ip5"]))).status == 201
     run(t)
 
 

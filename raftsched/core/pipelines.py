@@ -126,12 +126,32 @@ def slots_never_meet(child: Record, child_anchor: int, parent: Record, parent_an
             return (f"the cron schedule's slots are whole {unit}s, and the interval job's never are (anchored "
                     f"where it was made); give the interval job a start_at on a whole {unit}, or use "
                     "match latest")
+        period = every * 1000
+        if grain == 60_000 and period % 60_000 == 0 and 3_600_000 % period == 0:
+            # An interval of whole minutes that divides the hour falls on the same minutes of
+            # every hour (UTC); the cron on the minutes its zone's offsets put it on. A walk: an
+            # hourly parent at :00 and a child on "30 * * * *", or on "0 * * * *" in
+            # Asia/Kathmandu (:15 UTC), were accepted, every slot to time out a day later.
+            cron_at = schedule.cron_utc_minutes(expr, cron["schedule"].get("timezone") or "UTC", anchor)
+            step = period // 60_000
+            grid = {(anchor // 60_000 + k * step) % 60 for k in range(60 // step)}
+            if cron_at is not None and not cron_at & grid:
+                return (f"the cron schedule fires on minute(s) {_minutes(cron_at)} of the hour (UTC), the interval "
+                        f"job on minute(s) {_minutes(grid)}: no slot of one is a slot of the other; align them, "
+                        "or use match latest")
         return None
     step = math.gcd(ce * 1000, pe * 1000)
     if (child_anchor - parent_anchor) % step:
         return ("their interval slots never fall on the same instant (each is anchored where its job was "
                 "made, or at its start_at); give both the same start_at, or use match latest")
     return None
+
+
+def _minutes(ms: set[int]) -> str:
+    """Minutes of the hour, said short: ``:00, :30`` (the first eight, then how many more)."""
+    out = sorted(ms)
+    said = ", ".join(f":{m:02d}" for m in out[:8])
+    return said + (f" and {len(out) - 8} more" if len(out) > 8 else "")
 
 
 def with_dependents(s: SchedulerState, names: list[str]) -> set[str]:

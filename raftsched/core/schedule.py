@@ -202,6 +202,28 @@ def _matches_after(expr: str, tz: str, minute: int) -> bool:
     return _cron_next(expr, tz, minute * 60_000) is not None
 
 
+def cron_utc_minutes(expr: str, tz: str, around_ms: int) -> set[int] | None:
+    """The minutes of the hour, in UTC, on which five-field cron ``expr`` in zone ``tz`` may fire
+    (its minutes, less each offset the zone has within two years either side of ``around_ms``,
+    modulo the hour: Asia/Kathmandu's "0 * * * *" fires at :15 UTC, Australia/Lord_Howe's at :00
+    and :30), or None when it cannot be told (a seconds field, a bad expression or zone). A
+    spring-forward gap's run after it is on the hour too (the gap's end is a whole offset)."""
+    fields = _fields(expr).split()
+    if len(fields) != 5:
+        return None
+    try:
+        minutes = CronSim(" ".join(fields), datetime(2000, 1, 1)).minutes
+        z = zone(tz)
+    except (CronSimError, InvalidSpec, ValueError, IndexError, KeyError, TypeError):
+        return None
+    offsets = set()
+    for k in range(-48, 49):  # twice a month over four years: every offset a zone keeps that long
+        t = around_ms + k * 15 * 86_400_000
+        if 0 <= t <= limits.time_ms_max:
+            offsets.add(_offset_ms(t, z) // 60_000 % 60)
+    return {(m - off) % 60 for m in minutes for off in offsets}
+
+
 def _hour_is_wildcard(expr: str) -> bool:
     parts = _fields(expr).split()
     hour = parts[2] if len(parts) == 6 else parts[1]
