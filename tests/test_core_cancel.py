@@ -401,20 +401,21 @@ def test_cancel_runs_tells_each_run_cancelled():
 
 def test_a_jobs_cancel_with_a_key_remembers_how_far_it_read_and_its_retry_walks_no_further():
     """The first command of a job's cancel sent with an Idempotency-Key answers ``upto``, the
-    newest entry of the job's history the node read; the retry's walk (queries.cancel_walk) ends
-    there, so the runs fired since are not looked at; one trimmed away ends it at once. The
-    bound is the state's own order, the same on every replica (not a clock's time)."""
+    newest entry of the job's history the node read, and ``upto_at``, its fired_at; the retry's
+    walk (queries.cancel_walk) ends at that entry, so the runs fired since are not looked at. The
+    bound is the state's own order, the same on every replica (not a node's clock)."""
     from raftsched.core import queries
     s = new_state(("a", EVERY10))
     tick(s, T0 + 30 * SEC)
-    ids, nxt, newest = queries.cancel_walk(s, "a", False, None, 100, 1000)
-    assert len(ids) == 3 and nxt is None and newest == ids[-1]
-    res = apply(s, commands.cancel_runs(T0 + 31 * SEC, "k-1", runs=ids[:1], name="a", upto=newest))
-    assert res == {"ok": True, "cancelled": 1, "passed": [], "upto": newest}
+    ids, nxt, newest, newest_at = queries.cancel_walk(s, "a", False, None, 100, 1000)
+    assert len(ids) == 3 and nxt is None and newest == ids[-1] and newest_at == s.runs[newest]["fired_at"]
+    res = apply(s, commands.cancel_runs(T0 + 31 * SEC, "k-1", runs=ids[:1], name="a", upto=newest,
+                                        upto_at=newest_at))
+    assert res == {"ok": True, "cancelled": 1, "passed": [], "upto": newest, "upto_at": newest_at}
     tick(s, T0 + 40 * SEC)  # a slot fired since
-    fresh, _, _ = queries.cancel_walk(s, "a", False, None, 100, 1000)
+    fresh = queries.cancel_walk(s, "a", False, None, 100, 1000)[0]
     assert fresh == ids[1:] + [f"a@{T0 + 40 * SEC}"]
-    assert queries.cancel_walk(s, "a", False, None, 100, 1000, None, newest)[0] == ids[1:]
+    assert queries.cancel_walk(s, "a", False, None, 100, 1000, None, newest, newest_at)[0] == ids[1:]
     assert queries.cancel_walk(s, "a", False, None, 100, 1000, None, "a@gone")[0] == []
     # Sent again, the command is answered from the request log (the key names the job's cancel).
     again = apply(s, commands.cancel_runs(T0 + 41 * SEC, "k-1", runs=ids[1:2], name="a", upto="a@x"))
@@ -422,7 +423,27 @@ def test_a_jobs_cancel_with_a_key_remembers_how_far_it_read_and_its_retry_walks_
     assert not apply(s, commands.cancel_runs(T0 + 41 * SEC, "k-1", runs=ids[1:2], name="b"))["ok"]
     # Without a key: no upto in the answer (nothing to remember); a bad upto changes nothing.
     assert "upto" not in apply(s, commands.cancel_runs(T0 + 42 * SEC, None, runs=ids[1:2]))
-    for bad in (7, "", "x" * (limits.run_id_chars_max + 1)):
-        refused(s, commands.make("cancel_runs", T0 + 43 * SEC, None, runs=ids[2:], running=False, upto=bad),
+    for field, bad in (("upto", 7), ("upto", ""), ("upto", "x" * (limits.run_id_chars_max + 1)),
+                       ("upto_at", "1"), ("upto_at", -1), ("upto_at", True)):
+        refused(s, commands.make("cancel_runs", T0 + 43 * SEC, None, runs=ids[2:], running=False, **{field: bad}),
                 "invalid_command")
     assert s.runs[ids[2]]["state"] == "queued"
+
+
+def test_a_retrys_bound_outlives_its_entry_trimmed_from_the_history():
+    """A review: ``upto`` is the newest entry when the first attempt read, and a finished entry
+    is trimmed wherever it is (the older queued ones kept), so the retry found no bound and
+    cancelled nothing of what the first attempt left. Its ``fired_at`` bounds the walk then."""
+    from raftsched.core import queries
+    s = new_state(("a", spec_of({"every_s": 10}, "fire_all", grace_s=3600, history=3)))
+    tick(s, T0 + 60 * SEC)  # six queued runs
+    ids, _, newest, newest_at = queries.cancel_walk(s, "a", False, None, 100, 1000)
+    assert len(ids) == 6 and newest == ids[-1]
+    # The first attempt's key command ends the first two and the newest (its other part failed).
+    apply(s, commands.cancel_runs(T0 + 61 * SEC, "k-1", runs=ids[:2], name="a", upto=newest, upto_at=newest_at))
+    apply(s, commands.cancel_runs(T0 + 61 * SEC, None, runs=ids[4:]))
+    for k in range(7, 25):  # later fires trim the finished entries, the newest read among them
+        tick(s, T0 + k * 10 * SEC)
+    assert newest not in s.history["a"] and ids[2] in s.history["a"]
+    left = queries.cancel_walk(s, "a", False, None, 100, 1000, None, newest, newest_at)[0]
+    assert left == ids[2:4], left  # not the runs fired since

@@ -39,7 +39,7 @@ from .errors import Conflict, InvalidCommand, NotFound
 from .events import LAST_SLOT, emit_for
 from .notify import health, of_backfill, older_than_last
 from .queues import unqueue_count
-from .records import Record, Result, ok
+from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:  # pragma: no cover
     from .commands import Command
@@ -98,18 +98,20 @@ def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
 
     A command with a request id (the first of a ``POST /v1/jobs/{name}/cancel`` that carried an
     Idempotency-Key, with the job's ``name`` so that the key names this request) answers
-    ``upto``, the newest entry of the job's history when the node read it (a run id, or None):
-    a retry of that request, answered that the key was seen, walks the history no further
-    (node/service.py cancel_job_runs).
+    ``upto``, the newest entry of the job's history when the node read it (a run id, or None),
+    and ``upto_at``, its ``fired_at``: a retry of that request, answered that the key was seen,
+    walks the history no further (node/service.py cancel_job_runs).
 
     :returns: ``cancelled`` (how many ended: the others of ``runs``), ``passed`` (``[id,
         state]`` of those passed over, state None for an id that names no run), and with a
-        request id ``upto``: kept short, as the request log keeps it.
+        request id ``upto`` and ``upto_at``: kept short, as the request log keeps it.
     :raises InvalidCommand: a field of the wrong type, no ids, or more than the bound."""
     ids, running, reason = cmd.get("runs"), cmd.get("running", False), _reason(cmd, "cancel_runs")
-    upto = cmd.get("upto")
+    upto, upto_at = cmd.get("upto"), cmd.get("upto_at")
     if upto is not None and not (isinstance(upto, str) and 0 < len(upto) <= limits.run_id_chars_max):
         raise InvalidCommand("cancel_runs.upto must be a run id or nil")
+    if upto_at is not None and not (is_int(upto_at) and 0 <= upto_at <= limits.time_ms_max):
+        raise InvalidCommand("cancel_runs.upto_at must be a time in ms or nil")
     if not isinstance(ids, list) or not 1 <= len(ids) <= limits.run_refs_per_command \
             or not all(isinstance(r, str) and r and len(r) <= limits.run_id_chars_max for r in ids):
         raise InvalidCommand(f"cancel_runs.runs must be 1-{limits.run_refs_per_command} run ids")
@@ -127,7 +129,7 @@ def apply_cancel_runs(s: SchedulerState, cmd: Command, now: int) -> Result:
         else:
             passed.append([rid, state])
     if cmd.get("rid") is not None:
-        return ok(cancelled=cancelled, passed=passed, upto=upto)
+        return ok(cancelled=cancelled, passed=passed, upto=upto, upto_at=upto_at)
     return ok(cancelled=cancelled, passed=passed)
 
 

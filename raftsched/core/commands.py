@@ -413,13 +413,15 @@ def cancel_run(now: int, rid: str | None, *, run: str, reason: str | None = None
 
 
 def cancel_runs(now: int, rid: str | None, *, runs: list[str], reason: str | None = None,
-                running: bool = False, name: str | None = None, upto: str | None = None) -> Command:
+                running: bool = False, name: str | None = None, upto: str | None = None,
+                upto_at: int | None = None) -> Command:
     """Runs ended by request (core/cancel.py apply_cancel_runs): the queued ones of ``runs``, and
     with ``running`` the running ones too; ``reason`` why in the words of who asked. ``name``, the
-    job's, and ``upto``, the newest entry of its history the node read, go with a request id
-    (records.request_what: the key names the job's cancel; a retry walks no further)."""
+    job's, and ``upto``, the newest entry of its history the node read, with ``upto_at`` its
+    fired_at, go with a request id (records.request_what: the key names the job's cancel; a
+    retry walks no further)."""
     return make("cancel_runs", now, rid, runs=runs, running=running, **({} if reason is None else {"reason": reason}),
-                **({} if name is None else {"name": name, "upto": upto}))
+                **({} if name is None else {"name": name, "upto": upto, "upto_at": upto_at}))
 
 
 def member_url(now: int, *, addr: str, url: str) -> Command:

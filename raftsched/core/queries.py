@@ -345,7 +345,7 @@ def ended_leases(s: SchedulerState, worker: str, leases: list[list[Any]],
 
 def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
                    limit: int, scan_max: int, after: str | None = None,
-                   upto: str | None = None) -> tuple[list[str], str | None]:
+                   upto: str | None = None, upto_at: int | None = None) -> tuple[list[str], str | None]:
     """The ids of job ``name``'s queued runs (and with ``running`` its running ones), oldest first
     (the order its history holds them in: as they were fired or triggered), after run ``after``
     in it (a cursor: the ``next`` of the answer before; one no longer in the history starts from
@@ -357,9 +357,11 @@ def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collect
     in the history until its job's next fire trims them, and a cursor walks past them once).
     A job's queued and running runs are never trimmed from its history. With ``upto`` (a
     retry's: the newest entry of the history when the request it repeats read it), the walk
-    ends at that entry: what was fired or triggered since is not looked at; an ``upto`` no
-    longer in the history (trimmed: every entry left is newer) ends it at once. ``POST
-    /v1/jobs/{name}/cancel``.
+    ends at that entry: what was fired or triggered since is not looked at. An ``upto`` no
+    longer in the history (a finished entry is trimmed wherever it is, the older queued ones
+    kept) bounds it by ``upto_at``, that entry's ``fired_at``: an entry fired later is passed
+    over (state time, which only increases: one fired in the same millisecond is not told
+    apart); without it, the walk ends at once. ``POST /v1/jobs/{name}/cancel``.
 
     :raises NotFound: no such job."""
     if name not in s.jobs:
@@ -372,11 +374,15 @@ def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collect
         except ValueError:
             start = 0
     end = len(hist)
+    later: int | None = None  # entries fired after this instant are passed over
     if upto is not None:
         try:
             end = hist.index(upto) + 1
         except ValueError:
-            end = 0
+            if upto_at is None:
+                end = 0
+            else:
+                later = upto_at
     out: list[str] = []
     for k in range(start, end):
         rid = hist[k]
@@ -384,20 +390,24 @@ def runs_to_cancel(s: SchedulerState, name: str, running: bool, tenants: Collect
             return out, hist[k - 1] if k > start else after
         r = runs[rid]
         if (r["state"] == "queued" or (running and r["state"] == "running")) and not r.get("kind") == "backfill" \
-                and "backfill" not in r and (tenants is None or _tenant_of_run(s, r) in tenants):
+                and "backfill" not in r and (tenants is None or _tenant_of_run(s, r) in tenants) \
+                and (later is None or (r.get("fired_at") or 0) <= later):
             out.append(rid)
     return out, None
 
 
 def cancel_walk(s: SchedulerState, name: str, running: bool, tenants: Collection[str] | None,
-                limit: int, scan_max: int, after: str | None = None,
-                upto: str | None = None) -> tuple[list[str], str | None, str | None]:
-    """:func:`runs_to_cancel`, and the newest entry of the job's history in the same read (None:
-    none): what a job's cancel with an Idempotency-Key remembers, so that its retry walks no
-    further (node/service.py cancel_job_runs)."""
-    ids, nxt = runs_to_cancel(s, name, running, tenants, limit, scan_max, after, upto)
+                limit: int, scan_max: int, after: str | None = None, upto: str | None = None,
+                upto_at: int | None = None) -> tuple[list[str], str | None, str | None, int | None]:
+    """:func:`runs_to_cancel`, and the newest entry of the job's history in the same read, with
+    its ``fired_at`` (None, None: none): what a job's cancel with an Idempotency-Key remembers,
+    so that its retry walks no further (node/service.py cancel_job_runs)."""
+    ids, nxt = runs_to_cancel(s, name, running, tenants, limit, scan_max, after, upto, upto_at)
     hist = s.history.get(name)
-    return ids, nxt, hist[-1] if hist else None
+    if not hist:
+        return ids, nxt, None, None
+    at = s.runs[hist[-1]].get("fired_at")
+    return ids, nxt, hist[-1], at if type(at) is int else None
 
 
 class RunWindow:

@@ -1092,14 +1092,14 @@ class Service:
                               field="after")
         await self.read_barrier()  # (the runs queued up to now, not a lagging replica's view)
         walk = (name, running, tenants, node_limits.cancel_job_runs_max, node_limits.cancel_job_scan_max, after)
-        upto: str | None = None
+        upto: tuple[str | None, int | None] = (None, None)
         duplicate = False
         if rid is not None:
             seen = self.read(queries.replayed, commands.cancel_runs(0, rid, runs=[name], name=name))
             if seen is not None:
                 upto, duplicate = self._cancel_remembered(seen, name, rid)
                 rid = None
-        ids, nxt, newest = self.read(queries.cancel_walk, *walk, upto)
+        ids, nxt, newest, newest_at = self.read(queries.cancel_walk, *walk, *upto)
         now, step = self.clock.now_ms(), limits.run_refs_per_command
         parts = [ids[k:k + step] for k in range(0, len(ids), step)]
         first: list[object] = []
@@ -1108,13 +1108,13 @@ class Service:
             # this attempt applied (a first part that failed while others applied left nothing
             # to find).
             cmd = commands.cancel_runs(now, rid, runs=parts[0], reason=reason, running=running, name=name,
-                                       upto=newest)
+                                       upto=newest, upto_at=newest_at)
             res = await self.propose(cmd)
             if res.get("duplicate"):
                 # Another attempt of this request got there first (the client's retry overlapped
                 # it): this one is the retry, walked to that attempt's newest entry.
                 upto, duplicate = self._cancel_remembered(res, name, rid)
-                ids, nxt, _ = self.read(queries.cancel_walk, *walk, upto)
+                ids, nxt, _, _ = self.read(queries.cancel_walk, *walk, *upto)
                 parts = [ids[k:k + step] for k in range(0, len(ids), step)]
             else:
                 first = [res]
@@ -1146,16 +1146,16 @@ class Service:
         return out
 
     @staticmethod
-    def _cancel_remembered(seen: dict, name: str, rid: str) -> tuple[str | None, bool]:
+    def _cancel_remembered(seen: dict, name: str, rid: str) -> tuple[tuple[str | None, int | None], bool]:
         """What a job's cancel retried with its key reads from the first attempt's answer
-        (``seen``, from the request log): ``(upto, True)``; the first answer's refusal (or the key
-        used for another request) raised. An answer of a node before 2026-12-08 holds no ``upto``:
-        ``(None, False)``, a new request (as such a node made of every retry)."""
+        (``seen``, from the request log): ``((upto, upto_at), True)``; the first answer's refusal
+        (or the key used for another request) raised. An answer of a node before 2026-12-08 holds
+        no ``upto``: ``((None, None), False)``, a new request (as such a node made of every retry)."""
         Proposer.result(seen, {"op": "cancel_runs", "rid": rid, "name": name})  # raises a refusal
         if "upto" not in seen:
-            return None, False
-        upto = seen["upto"]
-        return (upto if isinstance(upto, str) else ""), True
+            return (None, None), False
+        upto, at = seen["upto"], seen.get("upto_at")
+        return ((upto if isinstance(upto, str) else ""), at if type(at) is int else None), True
 
     # ------------------------------------------------------------------ the fencing counter
     def fencing(self) -> dict:
