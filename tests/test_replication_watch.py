@@ -167,3 +167,14 @@ def test_no_leader_for_long_is_logged_once_with_what_may_be_wrong_and_its_end(cl
         _look(w, clock, 0.2)
         assert [r.getMessage().split()[0] for r in caplog.records] == ["replication.no_leader",
                                                                       "replication.leader_known"]
+
+
+def test_a_node_no_member_of_what_it_knows_is_told_so_when_it_has_no_leader(clock, caplog):
+    sync = FakeSync()
+    sync.leader = None
+    sync.member = "none"
+    w = ReplicationWatch(sync)
+    with caplog.at_level(logging.WARNING, logger="raftsched.replication"):
+        _look(w, clock, _watch.NO_LEADER_LOG_S + 1)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "no member of the configuration it knows" in said and "raftsched members add" in said, said

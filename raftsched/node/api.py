@@ -536,11 +536,13 @@ async def _check_removed_member(raft, addr: str) -> str | None:
     members = sorted(set(st.get("members") or ()) | set(st.get("learners") or ()))
     if addr in members:
         return None
+    wait = node_limits.member_resolve_s
     try:
-        mine, *theirs = await asyncio.wait_for(asyncio.gather(*(_resolved(a) for a in [addr, *members])),
-                                               node_limits.member_resolve_s)
+        mine, *theirs = await asyncio.wait_for(asyncio.gather(*(_resolved(a) for a in [addr, *members])), wait)
     except TimeoutError:
-        mine, theirs = "", []
+        return (f"addr: {addr} is no member's or learner's name (its members: {', '.join(members)}), and the "
+                f"names did not resolve within {wait:g} s to tell whether it is another name of one: nothing "
+                "was removed")
     if not isinstance(mine, str):
         for m, got in zip(members, theirs):
             if not isinstance(got, str) and mine & got:

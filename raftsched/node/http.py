@@ -229,9 +229,11 @@ def time_param(request: web.Request, name: str) -> int | None:
         return schedule.parse_iso_ms(text, name)
     except InvalidSpec as e:
         msg = e.message
-        if " " in text:
+        offset = re.search(r" (\d\d(:?\d\d)?)$", text)
+        if offset is not None:
             # A query string's + is a space (form encoding): an offset's + must be sent as %2B.
-            msg += f" (a + in a query string reads as a space: write {text.replace(' ', '%2B')!r}, or Z)"
+            msg += (f" (a + in a query string reads as a space: write "
+                    f"{text[:offset.start()] + '%2B' + offset.group(1)!r}, or Z)")
         raise BadRequest(msg, field=name) from None
 
 

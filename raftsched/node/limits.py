@@ -226,7 +226,8 @@ assert 0 < dispatch_poll_s < dispatch_empty_backoff_s < dispatch_retry_s
 #: /v1/cluster/members/{addr}``) waits for its commit, below the clients' attempt timeout (10 s):
 #: a leader that removes itself hands its leadership over first (an election, ~1 s).
 membership_change_timeout_s = 8.0
-#: How long a membership add waits for its address (and the members') to resolve (node/api.py).
+#: How long a membership add, or a remove of a name no member has, waits for its address (and the
+#: members') to resolve (node/api.py). A remove resolves only a name whose change is a no-op.
 member_resolve_s = 3.0
 #: Largest request body (but ``POST /v1/jobs:batch``, bounded by core batch_request_bytes_max):
 #: a job spec is at most job_spec_bytes_max encoded.

@@ -116,10 +116,15 @@ class ReplicationWatch:
         view = sync.members_view()
         if no_leader_s > NO_LEADER_LOG_S and not self._no_leader_warned:
             self._no_leader_warned = True
-            logger.warning("replication.no_leader for_s=%.0f term=%s (no majority of the members answers this node: "
-                           "are they running, and does --peers name them as they name each other? A node added to "
-                           "a running cluster is started with --join on an empty --data-dir, then added with "
-                           "raftsched members add)", no_leader_s, getattr(sync, "raftCurrentTerm", None))
+            if view is not None and view.get("self") == "none":
+                why = ("this node is no member of the configuration it knows: removed (stop it), or started with "
+                       "--join and not added yet (raftsched members add)")
+            else:
+                why = ("no majority of the members answers this node: are they running, and does --peers name them "
+                       "as they name each other? A node added to a running cluster is started with --join on an "
+                       "empty --data-dir, then added with raftsched members add")
+            logger.warning("replication.no_leader for_s=%.0f term=%s (%s)", no_leader_s,
+                           getattr(sync, "raftCurrentTerm", None), why)
         elif self._no_leader_since is None and self._no_leader_warned:
             self._no_leader_warned = False
             logger.info("replication.leader_known (after the outage logged as replication.no_leader)")
