@@ -137,6 +137,13 @@ def test_did_my_slot_run_and_if_not_why():
         slot = rec[0]["slot"]
         found = (await (await c.get(f"/v1/jobs/s/runs?slot={slot}")).json())["runs"]
         assert found and found[0]["state"] == "skipped"
+        # An instant inside the range that is no slot of the schedule: the range is listed, and
+        # why says it is no slot (a walk read it as "your run at that instant was skipped").
+        from raftsched.core.schedule import iso as iso_of
+        inside = rec[0]["slot_ms"] + 10_000 + 3_000
+        body = await (await c.get(f"/v1/jobs/s/runs?slot={iso_of(inside)}")).json()
+        assert body["runs"] and "no slot of the job's schedule falls at that instant" in body["why"], body
+        assert "why" not in await (await c.get(f"/v1/jobs/s/runs?slot={iso_of(inside - 3_000)}")).json()
         # An offset's + unescaped reads as a space: the error says how to write it.
         got = await err(await c.get("/v1/jobs/s/runs?slot=2026-12-08T00:00:00+01:00"), 400, "bad_request", "slot")
         assert "write '2026-12-08T00:00:00%2B01:00'" in got["error"]["message"], got

@@ -1413,6 +1413,13 @@ class Service:
                 out["pipeline"] = self._views(chain)
             if not out["runs"]:
                 out["why"] = self._why_no_run(name, slot_ms)
+            elif all(r["slot_ms"] != slot_ms and r.get("slot_to") for r in out["runs"]):
+                # Only recorded ranges that hold the instant past their first slot: say when it is
+                # no slot of the schedule (a walk read "your 00:52:23 run was skipped" for a job
+                # firing at :21 and :26).
+                near = self._not_a_slot(name, slot_ms)
+                if near is not None:
+                    out["why"] = near + " (it falls inside the range of slots the entry listed records)"
         return out
 
     def _why_no_run(self, name: str, slot_ms: int) -> str | None:
