@@ -229,7 +229,7 @@ def time_param(request: web.Request, name: str) -> int | None:
         return schedule.parse_iso_ms(text, name)
     except InvalidSpec as e:
         msg = e.message
-        offset = re.search(r" (\d\d(:?\d\d)?)$", text)
+        offset = re.search(r" (\d\d(:?\d\d)?)\Z", text)
         if offset is not None:
             # A query string's + is a space (form encoding): an offset's + must be sent as %2B.
             msg += (f" (a + in a query string reads as a space: write "
