@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.clock import FakeClock
-from raftsched.core import commands
+from raftsched.core import commands, schedule
 from raftsched.core.state import SchedulerState
 from raftsched.node.api import make_app
 from raftsched.node.metrics import NodeMetrics
@@ -1464,4 +1464,31 @@ def test_a_tenants_tokens_are_its_bucket_as_of_the_read():
         env.clock.advance(10_000)  # full: at most its burst
         listed = (await (await c.get("/v1/tenants")).json())["tenants"]
         assert [tokens(x) for x in listed if x["name"] == "t1"] == [2.0]
+    run(t)
+
+
+def test_a_put_says_which_of_its_settings_do_nothing():
+    """A walk: a retry on a heartbeat job, a max_catchup beside skip or fire_once, and a one-shot
+    ``at`` years past (it ran at once, fire_lag 6.9 years) were all taken silently."""
+    async def t(env, c):
+        async def said(name, spec):
+            r = await put(c, name, spec)
+            assert r.status in (200, 201), await r.text()
+            return " | ".join((await r.json()).get("warnings") or [])
+        hb = {"schedule": {"every_s": 60}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"},
+              "deadline": {"succeed_within_s": 90}}
+        assert "retry does nothing" in await said("hb", dict(hb, retry={"max_attempts": 3}))
+        assert "retry" not in await said("hb2", hb)
+        for policy in ("skip", "fire_once"):
+            got = await said("mc", dict(SPEC, misfire={"policy": policy, "max_catchup": 5}))
+            assert f"only fire_all reads it; with {policy}" in got, got
+        assert "max_catchup" not in await said("mc", dict(SPEC, misfire={"policy": "fire_all", "max_catchup": 5}))
+        past = schedule.iso(env.clock.now_ms() - 86_400_000)
+        got = await said("once", dict(SPEC, schedule={"at": past}))
+        assert f"schedule.at: {past} has passed: its one slot is fired now" in got, got
+        got = await said("once2", dict(SPEC, schedule={"at": past}, misfire={"policy": "skip"}))
+        assert "recorded skipped, and never runs" in got, got
+        assert "schedule.at" not in await said("once", dict(SPEC, schedule={"at": past}, description="edited"))
+        soon = schedule.iso(env.clock.now_ms() + 60_000)
+        assert "schedule.at" not in await said("once3", dict(SPEC, schedule={"at": soon}))
     run(t)

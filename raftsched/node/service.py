@@ -330,32 +330,35 @@ class Service:
         out = self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
         if res.get("paused"):  # (this put paused it: a job paused already is not said to be)
             out["paused"] = True
-        warnings = self._told_after_write([spec], tenants)[0]
+        warnings = self._told_after_write([spec], tenants, [bool(res.get("created"))])[0]
         if warnings:
             # Accepted (a sink may be put after its jobs), but a typo would silently tell no one.
             out["warnings"] = warnings
         return out
 
-    def _told_after_write(self, specs: list[dict], tenants: frozenset | None) -> list[list[str]]:
-        """The warnings of each of ``specs``, just written: a bug reading them must not answer an
-        error for a write that was applied (the client would take it for not applied), so it is
-        logged and the answer has none."""
+    def _told_after_write(self, specs: list[dict], tenants: frozenset | None,
+                          created: list[bool] | None = None) -> list[list[str]]:
+        """The warnings of each of ``specs``, just written (``created``: which were new jobs): a
+        bug reading them must not answer an error for a write that was applied (the client would
+        take it for not applied), so it is logged and the answer has none."""
         try:
             live = self._live_workers()
-            return [self._warnings(spec, tenants, why, live)
-                    for spec, why in zip(specs, queries.waits_for_worker(live, specs))]
+            made = created if created is not None else [False] * len(specs)
+            return [self._warnings(spec, tenants, why, live, new)
+                    for spec, why, new in zip(specs, queries.waits_for_worker(live, specs), made)]
         except Exception:
             log.exception("api: the warnings of %d written job(s) could not be read; answered without them",
                           len(specs))
             return [[] for _ in specs]
 
     def _warnings(self, spec: dict, tenants: frozenset | None, waits: str | None = None,
-                  live: list | None = None) -> list[str]:
+                  live: list | None = None, created: bool = False) -> list[str]:
         """What a PUT of ``spec`` accepts but says: routes that reach no sink, a URL its runs
         may not call, no live worker that may take its runs (``waits``: queries.waits_for_worker's
-        answer for it)."""
+        answer for it), settings that do nothing (a past one-shot ``at`` of a job ``created``)."""
         return (self._route_warnings(spec, tenants) + self._network_warnings(spec, tenants)
-                + _heartbeat_warnings(spec) + _replace_warnings(spec) + _worker_warnings(spec, waits, live))
+                + _heartbeat_warnings(spec) + _replace_warnings(spec) + _worker_warnings(spec, waits, live)
+                + _idle_setting_warnings(spec, self.clock.now_ms() if created else None))
 
     def _live_workers(self) -> list:
         """The live workers as a PUT's warning judges them (queries.live_workers), read at most once
@@ -548,7 +551,8 @@ class Service:
         if paused:
             out["paused"] = True  # (every job of the batch is paused, created or replaced)
         written = [name for name, res in out["jobs"].items() if "error" not in res and name in specs]
-        for name, warnings in zip(written, self._told_after_write([specs[name] for name in written], tenants)):
+        for name, warnings in zip(written, self._told_after_write(
+                [specs[name] for name in written], tenants, [bool(out["jobs"][name].get("created")) for name in written])):
             # As a PUT says it: a route to a sink its events will not reach is accepted (a sink
             # may be put after its jobs), with a warning on that job's result.
             if warnings:
@@ -1590,6 +1594,29 @@ def _replace_warnings(spec: dict) -> list[str]:
     return ["deadline: with overlap replace, a run still going when the next slot fires is killed, which is no "
             "failure (no incident, no run.dead): a job whose runs never get to end is told by nothing unless it has "
             "one; give it max_since_success_s (for example \"deadline\": {\"max_since_success_s\": 3600})"]
+
+
+def _idle_setting_warnings(spec: dict, now: int | None) -> list[str]:
+    """Settings a PUT accepts that do nothing for this job (a walk: each was taken silently): a
+    retry on a heartbeat job (its slot ends with its ping: a fail ping is final), a
+    ``max_catchup`` beside a policy other than ``fire_all`` (the only one that reads it), and,
+    for a job made now (``now``; None: a replace, whose slot may be handled already), a one-shot
+    ``at`` already past (its one slot runs at once, late, or with ``skip`` never)."""
+    out = []
+    retry, misfire, sched = spec.get("retry") or {}, spec.get("misfire") or {}, spec.get("schedule") or {}
+    if spec["executor"]["type"] == "heartbeat" and retry.get("max_attempts", 1) > 1:
+        out.append("retry: a heartbeat job's slot ends with its ping (a fail ping is final, and no worker runs it): "
+                   "retry does nothing for it")
+    if misfire.get("policy") in ("skip", "fire_once") and misfire.get("max_catchup", limits.max_catchup_default) \
+            != limits.max_catchup_default:
+        out.append(f"misfire.max_catchup: only fire_all reads it; with {misfire['policy']} it does nothing")
+    at = sched.get("at")
+    if now is not None and type(at) is int and at < now - max(misfire.get("grace_s", 0) * 1000, limits.grace_ms_floor):
+        late = schedule.iso(at)
+        out.append(f"schedule.at: {late} has passed: " + (
+            "with misfire skip its one slot is recorded skipped, and never runs" if misfire.get("policy") == "skip"
+            else "its one slot is fired now, and its run starts late by that much"))
+    return out
 
 
 def _heartbeat_warnings(spec: dict) -> list[str]:
