@@ -27,6 +27,26 @@ def test_preview_marks_spring_forward_slot_after_the_gap():
     assert sl[1]["local"].startswith("2026-03-08T03:00:00")
     assert sl[1]["dst"] == "spring_forward"
     assert "dst" not in sl[0] and "dst" not in sl[2]
+    assert not any("dst_skipped" in x for x in sl)  # (run after the gap: nothing skipped)
+
+
+def test_preview_names_the_local_times_a_skipped_gap_took():
+    """A walk: with spring_forward skip, a daily 02:30's missing day was simply absent, and the
+    mark sat on the next day, which DST did not change."""
+    sched = {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "dst": {"spring_forward": "skip"}}
+    sl = preview.preview(spec(sched), 0, t("2027-03-26T00:00:00Z"), 3)
+    assert [x["local"][:10] for x in sl] == ["2027-03-26", "2027-03-27", "2027-03-29"]
+    assert (sl[2]["dst"], sl[2]["dst_skipped"]) == ("spring_forward", ["2027-03-28T02:30:00"])
+    assert "dst_skipped" not in sl[0] and "dst_skipped" not in sl[1]
+    # A wildcard hour has no slot in the gap by default: every one it took is named, at most 16.
+    sl = preview.preview(spec({"cron": "*/20 * * * *", "timezone": "Europe/Berlin"}), 0, t("2027-03-28T00:50:00Z"), 2)
+    assert sl[0]["dst_skipped"] == ["2027-03-28T02:00:00", "2027-03-28T02:20:00", "2027-03-28T02:40:00"], sl
+    assert sl[0]["local"].startswith("2027-03-28T03:00:00") and "dst_skipped" not in sl[1]
+    sl = preview.preview(spec({"cron": "* * * * * *", "timezone": "Europe/Berlin"}), 0, t("2027-03-28T00:59:59Z"), 2)
+    assert len(sl[0]["dst_skipped"]) == 16 and sl[0]["dst_skipped"][0] == "2027-03-28T02:00:00", sl
+    # The first slot of a preview is judged against the slot before it.
+    sl = preview.preview(spec(sched), 0, t("2027-03-28T12:00:00Z"), 1)
+    assert sl[0]["dst_skipped"] == ["2027-03-28T02:30:00"], sl
 
 
 def test_preview_interval_ignores_dst():

@@ -36,26 +36,33 @@ def preview(spec: Record, anchor_ms: int, after_ms: int, count: int) -> list[dic
 
     ``dst`` is set on a slot whose UTC offset differs from the previous slot's (the first slot
     after a transition: a spring-forward slot that fires after the gap, or the first slot after
-    a fall-back), and ``ambiguous_local_time`` on a slot whose local time happens twice that day
+    a fall-back), with ``dst_skipped``, the local times the gap skipped since the slot before
+    (``dst.spring_forward: skip``: a daily 02:30 has no slot on that day, and the mark falls on
+    the next one); ``ambiguous_local_time`` on a slot whose local time happens twice that day
     (it fires once, at this first occurrence, unless its cron hour field is a wildcard).
     """
     sched = spec["schedule"]
     tz = sched.get("timezone", "UTC")
     out: list[dict[str, Any]] = []
-    prev_off = None
+    prev_off = prev_ms = None
     if "cron" in sched:
         before = schedule.last_slots_until(sched, after_ms - 400 * 86_400_000, after_ms, anchor_ms, 1)
         if before:
-            prev_off = _local(before[-1], tz)[1]
+            prev_ms = before[-1]
+            prev_off = _local(prev_ms, tz)[1]
     # No slot after the latest time a client may give is listed (its local time may not render).
     for ms in schedule.iter_slots(sched, after_ms, limits.time_ms_max, anchor_ms, min(count, limits.preview_count_max)):
         local, off, ambiguous = _local(ms, tz)
         item = {"slot": schedule.iso(ms), "slot_ms": ms, "local": local, "timezone": tz, "utc_offset": _fmt_offset(off)}
         if prev_off is not None and off != prev_off:
             item["dst"] = "spring_forward" if off > prev_off else "fall_back"
+            if off > prev_off and prev_ms is not None and "cron" in sched:
+                skipped = schedule.gap_skipped(sched["cron"], tz, prev_ms, ms, sched.get("dst"))
+                if skipped:
+                    item["dst_skipped"] = skipped
         if ambiguous:
             item["ambiguous_local_time"] = True
-        prev_off = off
+        prev_off, prev_ms = off, ms
         out.append(item)
     return out
 

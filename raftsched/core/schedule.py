@@ -382,6 +382,32 @@ def _cron_next(expr: str, tz: str, after_ms: int, dst: dict[str, str] | None = N
     return best
 
 
+def gap_skipped(expr: str, tz: str, after_ms: int, before_ms: int, dst: dict[str, str] | None = None,
+                limit: int = 16) -> list[str]:
+    """The local times (naive ISO) of ``expr`` in ``tz`` between two of its consecutive slots
+    ``after_ms`` and ``before_ms`` that a spring-forward gap skipped (``dst.spring_forward:
+    skip``, or a wildcard hour's default), at most ``limit``: what a preview names beside the
+    first slot after the gap (a walk read a daily cron's missing day as no change at all)."""
+    expr = _fields(expr)
+    if spring_forward_runs(expr, dst):
+        return []
+    z = zone(tz)
+    if _offset_ms(after_ms, z) >= _offset_ms(before_ms, z):
+        return []  # no spring-forward between them
+    out: list[str] = []
+    t, end = _wall_of(after_ms, z), _wall_of(before_ms, z)
+    for _ in range(_SKIPS_MAX):
+        found = _naive_next(expr, t)
+        if found is None or found >= end:
+            break
+        t = found
+        if _instants(t, z)[0] == _MISSING:
+            out.append(t.isoformat(timespec="seconds"))
+            if len(out) >= limit:
+                break
+    return out
+
+
 def jitter_offset_ms(key: str, nominal_ms: int, jitter_ms: int) -> int:
     """A slot's deterministic offset in [0, jitter_ms), whole seconds: a hash of the job name and the nominal
     slot, so jobs that all say ``0 * * * *`` spread out, and every replica and every run of the

@@ -444,7 +444,8 @@ def _more_responses() -> dict[str, Schema]:
                      ("run_id", "job", "tenant", "slot", "slot_ms", "state", "deadline", "cause", "instant",
                       "judged_at", "instants", "why"))
     slot = _open({"slot": s, "slot_ms": i, "local": s, "timezone": s, "utc_offset": s,
-                  "dst": {"enum": ["spring_forward", "fall_back"]}, "ambiguous_local_time": _BOOL},
+                  "dst": {"enum": ["spring_forward", "fall_back"]}, "dst_skipped": {"type": "array", "items": s},
+                  "ambiguous_local_time": _BOOL},
                  ("slot", "slot_ms", "local", "timezone", "utc_offset"))
     backfill = _open({"id": s, "kind": s, "job": s_or_null, "state": s, "reason": s_or_null,
                       "created_at": s_or_null, "updated_at": s_or_null, "finished_at": s_or_null,

@@ -203,7 +203,9 @@ def render() -> str:
         w(f"{title}:")
         w("")
         for sl in preview.preview(spec, 0, parse_iso_ms(start, "x"), 3):
-            marks = ", ".join(m for m in (sl.get("dst"), "ambiguous local time" if sl.get("ambiguous_local_time") else None) if m)
+            skipped = ("skipped " + ", ".join(sl["dst_skipped"])) if sl.get("dst_skipped") else None
+            marks = ", ".join(m for m in (sl.get("dst"), skipped,
+                                          "ambiguous local time" if sl.get("ambiguous_local_time") else None) if m)
             w(f"- {sl['slot']} = {sl['local']}" + (f" ({marks})" if marks else ""))
     w("")
     w("## Paused jobs")
