@@ -128,7 +128,8 @@ def check_name(name: object, field: str = "name", max_chars: int = limits.job_na
         raise InvalidSpec(f"is longer than {max_chars} characters", field=field)
     if not NAME_RE.fullmatch(name):
         raise InvalidSpec(
-            "may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit",
+            "may contain only ASCII letters and digits (a-z, A-Z, 0-9), '.', '_' and '-', and must start with a "
+            "letter or digit",
             field=field,
         )
     return name

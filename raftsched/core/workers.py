@@ -94,7 +94,7 @@ def check_worker_id(v: object, field: str = "worker") -> str:
     if len(v) > limits.worker_id_chars_max:
         raise InvalidSpec(f"is longer than {limits.worker_id_chars_max} characters", field=field)
     if not WORKER_ID_RE.fullmatch(v):
-        raise InvalidSpec("may contain only letters, digits and . _ : @ / + -, and must start with a letter "
+        raise InvalidSpec("may contain only ASCII letters, digits and . _ : @ / + -, and must start with a letter "
                           "or digit", field=field)
     return v
 
