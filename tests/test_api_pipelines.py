@@ -573,3 +573,24 @@ def test_a_triggered_jobs_future_slot_is_refused_at_the_node_with_its_time():
         assert b["error"]["message"].startswith("slot 2099-01-01T12:00:00Z has not come: b runs after its parents"), b
         assert len(env.raft.proposed) == before  # refused before anything was proposed
     run(body)
+
+
+def test_explain_of_a_gated_job_says_which_slots_its_parents_own_policy_records():
+    """A walk: t-par (misfire skip) and t-gated (same grid, after t-par, fire_all); explain of the
+    outage said t-gated RUNs three missed slots, and all three were recorded upstream_missed,
+    as t-par skipped them. Each such slot says so now (``upstream``), and how many."""
+    async def body(env, c):
+        skip = dict(A, misfire={"policy": "skip"}, schedule={"every_s": 10, "start_at": "2030-01-01T00:00:00Z"})
+        assert (await put(c, "tpar", skip)).status == 201
+        gated = dict(A, schedule={"every_s": 10, "start_at": "2030-01-01T00:00:00Z"}, after=["tpar"])
+        assert (await put(c, "tgated", gated)).status == 201
+        window = {"down_from": "2030-01-01T00:00:05Z", "down_to": "2030-01-01T00:00:40Z"}
+        ex = await (await c.post("/v1/jobs/tgated/explain", data=json.dumps(window))).json()
+        missed = [r for r in ex["runs"] if r.get("upstream")]
+        assert ex["upstream_missed"] == len(missed) == 3, ex
+        assert {r["upstream"]["job"] for r in missed} == {"tpar"} and "upstream_missed" in missed[0]["upstream"]["why"]
+        # A parent that runs its missed slots: nothing said.
+        assert (await put(c, "tpar", dict(skip, misfire={"policy": "fire_all"}))).status == 200
+        ex = await (await c.post("/v1/jobs/tgated/explain", data=json.dumps(window))).json()
+        assert ex["upstream_missed"] == 0 and not any(r.get("upstream") for r in ex["runs"]), ex
+    run(body)

@@ -475,7 +475,8 @@ def _more_responses() -> dict[str, Schema]:
         "explained": {"anyOf": [
             _open({"job": s, "down_from": s, "down_to": s, "policy": s, "grace_s": i, "max_catchup": i,
                    "fired_ahead": arr, "runs": arr, "recorded": arr, "slots_due": i,
-                   "slots_due_exact": {"type": "boolean"}, "next_slot": s_or_null,
+                   "slots_due_exact": {"type": "boolean"}, "next_slot": s_or_null, "waiting": arr,
+                   "upstream_missed": i,
                    "overlap": _open({"policy": s, "max_concurrent": i, "runs": i_or_null, "assumes": s},
                                     ("policy", "runs"))},
                   ("job", "down_from", "down_to", "policy", "runs", "recorded", "slots_due", "next_slot")),

@@ -1279,7 +1279,39 @@ class Service:
         out = dict(job=name, **await asyncio.to_thread(preview.explain, spec, anchor, lo, hi, name))
         if "after" in spec:
             out["waiting"] = self._waiting(name)
+            await self._upstream_in_outage(spec, out, lo, hi, tenants)
         return out
+
+    async def _upstream_in_outage(self, spec: dict, out: dict, lo: int, hi: int, tenants: frozenset | None) -> None:
+        """A gated job's explain (``match: same_slot``): each of its slots that a scheduled parent's
+        own misfire policy records in the same outage (skipped, coalesced) gets ``upstream``: its
+        slot is then recorded ``upstream_missed``, not run (a walk: explain said RUN for three slots
+        its ``skip`` parent skipped). Parents without a schedule (triggered by others) are not
+        followed, nor a parent another tenant's token may not read; ``upstream_missed`` counts them."""
+        if spec.get("match", "same_slot") != "same_slot":
+            return
+        ranges: list[tuple[int, int, str, dict]] = []
+        for edge in spec["after"]:
+            parent = edge["job"] if isinstance(edge, dict) else edge
+            job = self.read(queries.job, parent)
+            if job is None or "schedule" not in job["spec"] or (
+                    tenants is not None and job["spec"].get("tenant") not in tenants):
+                continue
+            pexp = await asyncio.to_thread(preview.explain, job["spec"], job["anchor"], lo, hi, parent)
+            for rec in pexp["recorded"]:
+                ranges.append((schedule.parse_iso_ms(rec["from"], "from"), schedule.parse_iso_ms(rec["to"], "to"),
+                               parent, rec))
+        missed = 0
+        for r in out["fired_ahead"] + out["runs"]:
+            hit = next(((p, rec) for a, b, p, rec in ranges if a <= r["slot_ms"] <= b), None)
+            if hit is None:
+                continue
+            p, rec = hit
+            r["upstream"] = {"job": p, "state": rec["state"], "reason": rec["reason"],
+                             "why": f"{p} records this slot {rec['state']} ({rec['reason']}: {rec['why']}): this job's "
+                                    "slot is then recorded skipped, reason upstream_missed, not run"}
+            missed += 1
+        out["upstream_missed"] = missed
 
     def _explain_triggered(self, name: str, spec: dict) -> dict:
         """explain of a triggered job (``after``, no schedule), with or without a window."""
