@@ -515,6 +515,41 @@ def test_a_worker_whose_nodes_do_not_answer_says_so_at_its_start_not_after_its_f
     run(t())
 
 
+def test_a_worker_of_several_urls_names_each_that_does_not_answer_at_its_start(caplog):
+    """A walk: of two URLs (an http one to a TLS node, an https one without its CA), the worker
+    warned of the last one tried only. Each URL is asked on its own: every one that does not
+    answer is named, and one that fails beside others that answer is said too."""
+    from raftsched.worker.remote import _first_contact
+
+    async def t():
+        async def healthz(_r):
+            return web.json_response({"ok": True, "role": "leader", "leader": "x"})
+        up = web.Application()
+        up.router.add_get("/healthz", healthz)
+        server = TestServer(up, host="127.0.0.1")
+        await server.start_server()
+        a, b = (f"http://127.0.0.1:{p}" for p in free_ports(2))
+        good = f"http://127.0.0.1:{server.port}"
+        try:
+            for urls, want, none_of in (([a, b], [a, b, "no node of its --url answered yet"], [good]),
+                                        ([good, b], [b, "some nodes of its --url did not answer"], [a, good + ":"])):
+                cfg = WorkerConfig(urls=urls, token=TOKEN, worker_id="w1")
+                ch = RemoteChannel(cfg, SystemClock())
+                caplog.clear()
+                try:
+                    with caplog.at_level("WARNING", logger="raftsched.remote"):
+                        await _first_contact(ch, cfg)
+                finally:
+                    await ch.close()
+                said = [r.getMessage() for r in caplog.records if r.name == "raftsched.remote"]
+                assert len(said) == 1 and all(w in said[0] for w in want), (urls, said)
+                assert not any(n in said[0] for n in none_of), (urls, said)
+                assert said[0].count("Connect call failed") == len(want) - 1, said
+        finally:
+            await server.close()
+    run(t())
+
+
 def test_a_worker_logs_what_a_lease_answer_warns_of_once_a_minute(caplog):
     async def t():
         ch = RemoteChannel(WorkerConfig(urls=["http://127.0.0.1:9"], token=TOKEN, worker_id="dup"), SystemClock())

@@ -401,20 +401,61 @@ class RemoteChannel:
 async def _first_contact(channel: RemoteChannel, cfg: WorkerConfig) -> None:
     """Ask the nodes' /healthz once at the start, for at most worker_limits.first_contact_s, and
     say at once when none answers; the lease loop keeps asking either way (and says an outage
-    that lasts: loop.py ``_unanswered``)."""
+    that lasts: loop.py ``_unanswered``). With several URLs each is asked on its own, so each one
+    that does not answer is named with what it met (a walk: of an http URL to a TLS node and an
+    https one without its CA, only the last one tried was said), as is one that fails while
+    others answer (the worker uses those; it would not reach that node after a fail-over)."""
+    urls = list(channel.urls)
+    if len(urls) == 1:
+        why = await _probe(channel.client)
+        if why is not None and why.startswith(_ANSWERED):
+            log.warning("worker %s: its first look at the nodes was %s", cfg.worker_id, why)
+        elif why is not None:
+            log.warning("worker %s: no node of its --url (%s) answered yet: %s; check --url and that the nodes are "
+                        "up (the worker keeps asking)", cfg.worker_id, urls[0], why)
+        return
+    whys = await asyncio.gather(*(_probe_one(url, cfg) for url in urls))
+    failed = [f"{url}: {why}" for url, why in zip(urls, whys) if why is not None]
+    if len(failed) == len(urls):
+        log.warning("worker %s: no node of its --url answered yet: %s; check --url and that the nodes are up "
+                    "(the worker keeps asking)", cfg.worker_id, "; ".join(failed))
+    elif failed:
+        log.warning("worker %s: some nodes of its --url did not answer (it uses the others): %s", cfg.worker_id,
+                    "; ".join(failed))
+
+
+async def _probe_one(url: str, cfg: WorkerConfig) -> str | None:
+    """:func:`_probe` of ``url`` alone, with a client of its own (closed after)."""
     try:
-        # (the client's own deadline, whose error names what the last try met: "Connect call failed")
-        await asyncio.wait_for(channel.client.healthz(deadline_s=worker_limits.first_contact_s),
+        client = AsyncClient([url], token=cfg.token, timeout_s=worker_limits.first_contact_s,
+                             deadline_s=worker_limits.first_contact_s, ca_file=cfg.ca_file,
+                             cert_file=cfg.cert_file, key_file=cfg.key_file)
+    except (ValueError, OSError) as e:  # (a URL or a TLS file its own client would refuse too)
+        return str(e)
+    try:
+        return await _probe(client)
+    finally:
+        await client.close()
+
+
+async def _probe(client: AsyncClient) -> str | None:
+    """Why ``client``'s nodes did not answer ``GET /healthz`` within first_contact_s (what the
+    last try met: "Connect call failed", a TLS error), or the error one answered; None when one
+    answered."""
+    try:
+        # (the client's own deadline, whose error names what the last try met)
+        await asyncio.wait_for(client.healthz(deadline_s=worker_limits.first_contact_s),
                                worker_limits.first_contact_s + 5)
     except asyncio.CancelledError:
         raise
     except (Unavailable, Indeterminate, asyncio.TimeoutError) as e:
-        why = e.message if isinstance(e, RaftschedError) else f"no answer within {worker_limits.first_contact_s:g} s"
-        log.warning("worker %s: no node of its --url (%s) answered yet: %s; check --url and that the nodes are up "
-                    "(the worker keeps asking)", cfg.worker_id, ", ".join(channel.urls), why)
+        return e.message if isinstance(e, RaftschedError) else f"no answer within {worker_limits.first_contact_s:g} s"
     except Exception as e:  # noqa: BLE001 - an answer, not an outage: said as it is
-        log.warning("worker %s: its first look at the nodes was answered with an error: %s", cfg.worker_id,
-                    e.message if isinstance(e, RaftschedError) else repr(e))
+        return _ANSWERED + (e.message if isinstance(e, RaftschedError) else repr(e))
+    return None
+
+
+_ANSWERED = "answered with an error: "
 
 
 async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> int:
