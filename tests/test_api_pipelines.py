@@ -593,4 +593,10 @@ def test_explain_of_a_gated_job_says_which_slots_its_parents_own_policy_records(
         assert (await put(c, "tpar", dict(skip, misfire={"policy": "fire_all"}))).status == 200
         ex = await (await c.post("/v1/jobs/tgated/explain", data=json.dumps(window))).json()
         assert ex["upstream_missed"] == 0 and not any(r.get("upstream") for r in ex["runs"]), ex
+        # A parent whose late runs are withdrawn (late_start: skip) records those slots too.
+        late = dict(skip, misfire={"policy": "fire_all"}, deadline={"start_within_s": 5, "late_start": "skip"})
+        assert (await put(c, "tpar", late)).status == 200
+        ex = await (await c.post("/v1/jobs/tgated/explain", data=json.dumps(window))).json()
+        said = [r["upstream"]["reason"] for r in ex["runs"] if r.get("upstream")]
+        assert said and set(said) == {"late_start"} and ex["upstream_missed"] == len(said), ex
     run(body)

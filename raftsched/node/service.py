@@ -1301,6 +1301,10 @@ class Service:
             for rec in pexp["recorded"]:
                 ranges.append((schedule.parse_iso_ms(rec["from"], "from"), schedule.parse_iso_ms(rec["to"], "to"),
                                parent, rec))
+            for r in pexp["fired_ahead"] + pexp["runs"]:
+                if r.get("withdrawn"):  # (late_start: skip: the parent's slot is recorded skipped)
+                    ranges.append((r["slot_ms"], r["slot_ms"], parent,
+                                   {"state": "skipped", "reason": "late_start", "why": r["why"]}))
         missed = 0
         for r in out["fired_ahead"] + out["runs"]:
             hit = next(((p, rec) for a, b, p, rec in ranges if a <= r["slot_ms"] <= b), None)
