@@ -1309,6 +1309,21 @@ def test_a_jobs_queued_runs_are_cancelled_oldest_first_a_bounded_number_a_reques
     run(t)
 
 
+def _second_cancel_command_fails(env, monkeypatch):
+    """The node's second cancel_runs command of a request fails (no answer); returns the real
+    propose, to put back."""
+    from raftsched.core.errors import Indeterminate
+    real, calls = env.service.propose, []
+
+    async def second_fails(cmd):
+        calls.append(cmd["op"])
+        if cmd["op"] == "cancel_runs" and calls.count("cancel_runs") == 2:
+            raise Indeterminate("no answer in 5 s")
+        return await real(cmd)
+    monkeypatch.setattr(env.service, "propose", second_fails)
+    return real
+
+
 def test_a_job_cancel_sent_again_with_its_key_ends_what_the_first_left_and_not_the_runs_fired_since(monkeypatch):
     """A client sends a job's cancel again with its Idempotency-Key when it saw no answer (a
     timeout, a leader change): the retry is the same request. It ends what the first attempt
@@ -1316,7 +1331,6 @@ def test_a_job_cancel_sent_again_with_its_key_ends_what_the_first_left_and_not_t
     after the first attempt (they were not the backlog it was asked to end: the retry had ended
     the next slot's run). The key names the job's cancel: used for another job's, a conflict."""
     from raftsched.core import limits, queries
-    from raftsched.core.errors import Indeterminate
     monkeypatch.setattr(limits, "run_refs_per_command", 2)
 
     async def t(env, c):
@@ -1328,14 +1342,7 @@ def test_a_job_cancel_sent_again_with_its_key_ends_what_the_first_left_and_not_t
             env.clock.advance(1_000)
         first = await (await c.post("/v1/runs/" + ids[0] + "/cancel")).json()
         assert first["state"] == "skipped"
-        real, calls = env.service.propose, []
-
-        async def second_fails(cmd):
-            calls.append(cmd["op"])
-            if cmd["op"] == "cancel_runs" and calls.count("cancel_runs") == 2:
-                raise Indeterminate("no answer in 5 s")
-            return await real(cmd)
-        monkeypatch.setattr(env.service, "propose", second_fails)
+        real = _second_cancel_command_fails(env, monkeypatch)
         key = {"Idempotency-Key": "cancel-p-1"}
         r = await c.post("/v1/jobs/p/cancel", headers=key)
         assert r.status == 504 and (await r.json())["error"]["cancelled"] == 2
@@ -1375,7 +1382,6 @@ def test_a_job_cancel_sent_again_with_its_key_ends_what_the_first_left_and_not_t
 
 def test_a_job_cancel_whose_command_fails_says_what_the_others_ended(monkeypatch):
     from raftsched.core import limits
-    from raftsched.core.errors import Indeterminate
     monkeypatch.setattr(limits, "run_refs_per_command", 2)
 
     async def t(env, c):
@@ -1383,14 +1389,7 @@ def test_a_job_cancel_whose_command_fails_says_what_the_others_ended(monkeypatch
         for _ in range(3):
             await c.post("/v1/jobs/p/trigger")
             env.clock.advance(1_000)
-        real, calls = env.service.propose, []
-
-        async def second_fails(cmd):
-            calls.append(cmd["op"])
-            if cmd["op"] == "cancel_runs" and calls.count("cancel_runs") == 2:
-                raise Indeterminate("no answer in 5 s")
-            return await real(cmd)
-        monkeypatch.setattr(env.service, "propose", second_fails)
+        real = _second_cancel_command_fails(env, monkeypatch)
         r = await c.post("/v1/jobs/p/cancel")
         body = await r.json()
         assert r.status == 504 and body["error"]["cancelled"] == 2, body

@@ -476,6 +476,17 @@ def test_the_leaders_embedded_worker_says_it_has_no_slot_while_it_runs_nothing()
     asyncio.run(t())
 
 
+async def _healthz_server() -> TestServer:
+    """A node's /healthz that answers, started (close it)."""
+    async def healthz(_r):
+        return web.json_response({"ok": True, "role": "leader", "leader": "x"})
+    up = web.Application()
+    up.router.add_get("/healthz", healthz)
+    server = TestServer(up, host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
 def test_a_worker_whose_nodes_do_not_answer_says_so_at_its_start_not_after_its_first_long_poll(caplog):
     """A walk: a worker given a wrong --url said nothing for 33 s (its first lease request's
     deadline). Its first look (GET /healthz, first_contact_s) says it at once; a node that
@@ -496,13 +507,7 @@ def test_a_worker_whose_nodes_do_not_answer_says_so_at_its_start_not_after_its_f
         said = [r.getMessage() for r in caplog.records if "answered yet" in r.getMessage()]
         assert len(said) == 1 and dead in said[0] and "Connect call failed" in said[0], said
         caplog.clear()
-        async def healthz(_r):
-            return web.json_response({"ok": True, "role": "leader", "leader": "x"})
-
-        up = web.Application()
-        up.router.add_get("/healthz", healthz)
-        server = TestServer(up, host="127.0.0.1")
-        await server.start_server()
+        server = await _healthz_server()
         cfg = WorkerConfig(urls=[f"http://127.0.0.1:{server.port}"], token=TOKEN, worker_id="w1")
         ch = RemoteChannel(cfg, SystemClock())
         try:
@@ -522,12 +527,7 @@ def test_a_worker_of_several_urls_names_each_that_does_not_answer_at_its_start(c
     from raftsched.worker.remote import _first_contact
 
     async def t():
-        async def healthz(_r):
-            return web.json_response({"ok": True, "role": "leader", "leader": "x"})
-        up = web.Application()
-        up.router.add_get("/healthz", healthz)
-        server = TestServer(up, host="127.0.0.1")
-        await server.start_server()
+        server = await _healthz_server()
         a, b = (f"http://127.0.0.1:{p}" for p in free_ports(2))
         good = f"http://127.0.0.1:{server.port}"
         try:
