@@ -5,7 +5,9 @@
   fleet, of which one runs. The lease is renewed in the background; the command finds its
   fencing token in ``RAFTSCHED_LOCK_TOKEN``. When the lease is lost (a renew refused, or none
   answered for a whole TTL) the command is sent SIGTERM, and SIGKILL ``--kill-after`` seconds
-  later. The lock is released when the command ends.
+  later; so is it when ``raftsched lock`` itself dies (killed -9: a guard process of its own
+  sees it, ``_GUARD``), since no one renews the lease then. The lock is released when the
+  command ends.
 - ``raftsched lock-show NAME``: who holds it, its token, since when, until when.
 - ``raftsched lock-release NAME --fencing-token N``: release it with its token (the holder's, as
   ``lock-show`` says it: to free a lock whose holder is gone before its TTL ends).
@@ -80,6 +82,76 @@ def _stop_when_lost(lease: Any, child: subprocess.Popen, done: threading.Event, 
         time.sleep(0.05)  # ok-sleep: polling the process group within its deadline
     if not _group_gone(child):
         _signal_group(child, signal.SIGKILL)
+
+
+#: The guard of a running command (a process of its own, run by the interpreter that runs this):
+#: it reads the end of a pipe ``raftsched lock`` holds; an end of file before the word that the
+#: command ended means ``raftsched lock`` is gone (killed -9, OOM-killed, a cron timeout), and the
+#: lease with it (no one renews it): the command's process group gets SIGTERM, then SIGKILL after
+#: the grace (argv: the group, the grace, the lock's name). It goes when the group does.
+_GUARD = r"""
+import os, select, signal, sys, time
+pg, grace, name = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+def gone():
+    try:
+        os.killpg(pg, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+while True:
+    ready = select.select([0], [], [], 0.5)[0]
+    if ready:
+        if os.read(0, 1):
+            sys.exit(0)
+        break
+    if gone():
+        sys.exit(0)
+print(f"raftsched lock: gone while its command ran: stopping the command (it no longer holds lock {name!r}: no "
+      f"one renews the lease); SIGTERM, SIGKILL after {grace:g} s", file=sys.stderr, flush=True)
+try:
+    os.killpg(pg, signal.SIGTERM)
+except ProcessLookupError:
+    sys.exit(0)
+end = time.monotonic() + grace
+while time.monotonic() < end and not gone():
+    time.sleep(0.05)  # ok-sleep: polling the process group within its deadline
+if not gone():
+    try:
+        os.killpg(pg, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
+def _guard(child: subprocess.Popen, grace_s: float, name: str) -> int | None:
+    """Start the guard of ``child``'s process group (_GUARD); returns the write end of its pipe,
+    which this process holds until the command ended (then writes a byte: the guard leaves the
+    group alone), or None when it could not start (said: the command runs unguarded)."""
+    r, w = os.pipe()
+    try:
+        subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(child.pid), f"{grace_s:g}", name],
+                         stdin=r, start_new_session=True)
+    except OSError as e:
+        os.close(w)
+        _say(f"cannot start the guard that stops the command if this process dies ({e.strerror or e}): "
+             "the command runs unguarded")
+        return None
+    finally:
+        os.close(r)
+    return w
+
+
+def _unguard(w: int | None) -> None:
+    """Tell the guard the command ended (it leaves the group alone), and close its pipe."""
+    if w is None:
+        return
+    try:
+        os.write(w, b"x")
+    except OSError:
+        pass
+    os.close(w)
 
 
 class _Interrupted(Exception):
@@ -163,6 +235,7 @@ def run_locked(a, c: Client) -> int:
             _say(f"cannot run {argv[0]!r}: {e.strerror or e}")
             return 127 if isinstance(e, FileNotFoundError) else 126
         box.append(child)
+        guard = _guard(child, a.kill_after, a.name)
         phase[0] = "running"
         for n in pending:
             _signal_group(child, n)
@@ -170,6 +243,7 @@ def run_locked(a, c: Client) -> int:
                                  name="raftsched-lock-watch", daemon=True)
         watch.start()
         rc = child.wait()
+        _unguard(guard)
         if lost.is_set():
             watch.join()  # (what the command started is stopped too before this exits)
             return EXIT_LOST

@@ -106,6 +106,31 @@ def test_a_lost_lease_stops_the_command_and_all_it_started_and_says_so(node, tmp
             os.kill(grandchild, signal.SIGKILL)
 
 
+def test_a_raftsched_lock_killed_9_stops_its_command_and_all_it_started(node, tmp_path):
+    """A walk: ``raftsched lock`` killed -9 left its command running without the lock (no one
+    renews the lease), while a second holder ran: two holders at once. Its guard, a process of
+    its own, sees it gone and stops the command's process group."""
+    cl = client(node)
+    pidfile = tmp_path / "grandchild"
+    proc = subprocess.Popen(argv(node, "lock", "killed", "--owner", "host-k", "--ttl", "30", "--kill-after", "2",
+                                 "--", "sh", "-c", f"sleep 120 & echo $! > {pidfile}; wait"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    grandchild = None
+    try:
+        wait_for(lambda: held_by(cl, "killed", "host-k"), 30, "the lock held by the command's raftsched lock")
+        grandchild = int(wait_for(lambda: pidfile.read_text().strip(), 30, "the command's child started"))
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        wait_for(lambda: not _alive(grandchild), 20, "the command's child stopped by the guard")
+        assert "gone while its command ran: stopping the command" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if grandchild is not None and _alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
 def test_a_signal_to_raftsched_lock_reaches_the_command_and_the_lock_is_released_after_it(node, tmp_path):
     cl = client(node)
     started = tmp_path / "started"
