@@ -1009,3 +1009,13 @@ def test_a_pagerduty_event_that_reports_no_failure_never_touches_the_failures_in
     assert ok["payload"]["severity"] == "info"
     assert pagerduty_message(spec, "rk", dict(base, kind="job.recovered")) == {
         "routing_key": "rk", "event_action": "resolve", "dedup_key": "t1/nightly"}
+
+
+def test_a_pagerduty_worker_lost_is_an_incident_of_its_worker():
+    """A walk: every worker.lost was keyed "-/worker.lost", so after the first one (which
+    nothing resolves) every other worker's loss folded into that open incident, paging no one."""
+    from raftsched.node.notify import pagerduty_message
+    spec = {"type": "pagerduty", "url": "https://events.example/v2/enqueue"}
+    keys = {pagerduty_message(spec, "rk", {"kind": "worker.lost", "worker": w, "at": 1_780_000_000_000,
+                                           "reason": "stopped heartbeating"})["dedup_key"] for w in ("w-1", "w-2")}
+    assert keys == {"-/worker.lost/w-1", "-/worker.lost/w-2"}

@@ -422,6 +422,10 @@ def pagerduty_message(spec: dict, routing_key: str, body: dict) -> dict[str, Any
         return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": dedup}
     if body["kind"] not in _SEVERITY:
         dedup = f"{dedup}/{body['kind']}"
+    elif body["kind"] == "worker.lost" and isinstance(body.get("worker"), str):
+        # One incident a worker: under "-/worker.lost" every worker's loss folded into the first
+        # one's incident, still open (nothing resolves it), and paged no one again (a walk).
+        dedup = f"{dedup}/{body['worker']}"
     msg: dict[str, Any] = {
         "routing_key": routing_key, "event_action": "trigger", "dedup_key": dedup,
         "payload": {"summary": one_line(body)[:1024], "source": "raftsched",
