@@ -421,3 +421,15 @@ def test_notifications_dead_fires_past_a_full_dead_list(tmp_path):
         values: '1000x9 1005x40'""", "NotificationsDead", 8, 12, 45, "severity: ticket, sink: ops",
                      ("sink ops gave up on events", "raftsched sinks dead ops shows them with the last error; "
                       "raftsched sinks requeue ops sends them again."))
+
+
+def test_dead_letter_queue_growing_fires_for_a_dead_run_that_left_the_gauge_as_it_was(tmp_path):
+    """A walk: a dead run beside one purged from its dead-letter queue left raftsched_dlq_runs
+    14 -> 13 -> 14, a delta of 0, and the alert stayed silent (so would a full queue, or a
+    re-drive whose runs died again). The count of dead runs fires it, queue "(any)"."""
+    _fires_then_ends(tmp_path, """      - series: 'raftsched_dlq_runs{job="raftsched",instance="n1",queue="walk"}'
+        values: '14x8 13 14x60'
+      - series: 'raftsched_runs_finished_total{job="raftsched",instance="n1",state="dead"}'
+        values: '24x9 25x60'""", "DeadLetterQueueGrowing", 8, 12, 45, 'severity: ticket, queue: "(any)"',
+                     ("dead-letter queue (any) grew", "Runs of (any) ended dead in the last 30 minutes: GET "
+                      "/v1/dlq shows each attempt's error."))
