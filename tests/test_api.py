@@ -1488,6 +1488,14 @@ def test_a_put_says_which_of_its_settings_do_nothing():
         got = await said("once2", dict(SPEC, schedule={"at": past}, misfire={"policy": "skip"}))
         assert "recorded skipped, and never runs" in got, got
         assert "schedule.at" not in await said("once", dict(SPEC, schedule={"at": past}, description="edited"))
+        # A replace that gives a job that schedule (a walk: silent, and the job never ran), and a
+        # dry run of a new one (a walk: the apply warned, the dry run did not), say it too.
+        assert "schedule.at" in await said("mc", dict(SPEC, schedule={"at": past}))
+        r = await c.post("/v1/jobs:batch", json={"dry_run": True, "jobs": {"once9": dict(SPEC, schedule={"at": past}),
+                                                                           "once": dict(SPEC, schedule={"at": past})}})
+        plan = (await r.json())["jobs"]
+        assert "schedule.at" in " ".join(plan["once9"].get("warnings", [])), plan
+        assert "schedule.at" not in " ".join(plan["once"].get("warnings", [])), plan
         soon = schedule.iso(env.clock.now_ms() + 60_000)
         assert "schedule.at" not in await said("once3", dict(SPEC, schedule={"at": soon}))
     run(t)

@@ -304,6 +304,9 @@ class Service:
         claim = self.check_write(name, spec, tenants)
         self.check_edges(name, spec, tenants)  # (before sealing: a first seal may name the cluster's key)
         spec = await self.seal(name, spec, tenants)
+        before = self.read(queries.job, name)
+        # (a past one-shot at is warned of when this write made the job or gave it that schedule)
+        new_schedule = before is None or before["spec"].get("schedule") != spec.get("schedule")
         rid = rid or new_request_id()
         # A replace refused as stale (the job fired while this was planned: a change of its
         # schedule, or of its jitter) is planned again from the newer view, under request ids
@@ -330,7 +333,7 @@ class Service:
         out = self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
         if res.get("paused"):  # (this put paused it: a job paused already is not said to be)
             out["paused"] = True
-        warnings = self._told_after_write([spec], tenants, [bool(res.get("created"))])[0]
+        warnings = self._told_after_write([spec], tenants, [bool(res.get("created")) or new_schedule])[0]
         if warnings:
             # Accepted (a sink may be put after its jobs), but a typo would silently tell no one.
             out["warnings"] = warnings
@@ -626,7 +629,9 @@ class Service:
         # The warnings the batch would answer (the live workers read once for them all).
         live = self._live_workers()
         for (res, spec), why in zip(told, queries.waits_for_worker(live, [sp for _, sp in told])):
-            warnings = self._warnings(spec, tenants, why, live)
+            # (a past one-shot at: of a job made, or whose schedule the write changes)
+            moved = res["action"] == "create" or any(c["field"].startswith("schedule") for c in res.get("changes", ()))
+            warnings = self._warnings(spec, tenants, why, live, moved)
             if warnings:
                 res["warnings"] = warnings
         answer = {"dry_run": True, "jobs": out, "create": counts["create"], "replace": counts["replace"],
