@@ -85,7 +85,7 @@ def _check_access(request: web.Request, spec: dict | None) -> None:
         return
     tenant = None if spec is None else spec.get("tenant")
     if tenant is None:
-        raise Forbidden(f"a {p.role} token may write only a sink limited to a tenant (\"tenant\"); a sink for the "
+        raise Forbidden(f"{'an' if p.role[:1] in 'aeiou' else 'a'} {p.role} token may write only a sink limited to a tenant (\"tenant\"); a sink for the "
                         "whole cluster is an admin's", field="tenant")
     if p.tenants is not None and tenant not in p.tenants:
         raise Forbidden(f"this token may write sinks of tenants {', '.join(sorted(p.tenants))} only",

@@ -391,7 +391,7 @@ class RemoteChannel:
             await self.client.worker_leave(self.worker_id, self.facts["instance"], reason[:200],
                                            idempotent_key=uuid.uuid4().hex, deadline_s=worker_limits.leave_deadline_s)
         except RaftschedError as e:
-            log.info("worker %s: the cluster was not told it leaves (%s); its record goes gone when unseen",
+            log.info("worker %s: the cluster was not told it leaves (%s); its record goes to gone once it is unseen",
                      self.worker_id, e.message)
 
     async def close(self) -> None:
