@@ -3,6 +3,7 @@ cluster's locks, as flock(1) on one host (raftsched/lock_cli.py); ``lock-show`` 
 ``lock-release``. Against one real node (a module's cluster), each process stopped by PID."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -81,54 +82,48 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_a_lost_lease_stops_the_command_and_all_it_started_and_says_so(node, tmp_path):
-    """And not the shell alone: its child (a review: sh -c '...' died, its sleep ran on, and
-    another host took the lock) is in the same process group, stopped with it."""
+@contextlib.contextmanager
+def _locked_shell_with_a_child(node, tmp_path, name: str, owner: str, ttl: str):
+    """``raftsched lock NAME`` running ``sh`` that started ``sleep 120`` in the background,
+    held: yields (the lock CLI's process, the lock's info, the sleep's pid); both stopped after."""
     cl = client(node)
     pidfile = tmp_path / "grandchild"
-    proc = subprocess.Popen(argv(node, "lock", "lost", "--owner", "host-c", "--ttl", "2", "--kill-after", "2",
+    proc = subprocess.Popen(argv(node, "lock", name, "--owner", owner, "--ttl", ttl, "--kill-after", "2",
                                  "--", "sh", "-c", f"sleep 120 & echo $! > {pidfile}; wait"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     grandchild = None
     try:
-        info = wait_for(lambda: held_by(cl, "lost", "host-c"), 30, "the lock held by the command's raftsched lock")
+        info = wait_for(lambda: held_by(cl, name, owner), 30, "the lock held by the command's raftsched lock")
         grandchild = int(wait_for(lambda: pidfile.read_text().strip(), 30, "the command's child started"))
-        cl.lock_release("lost", info["token"])  # as an operator breaking it: the next renew is refused
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode == EXIT_LOST, err
-        assert "is lost: stopping the command" in err, err
-        assert not _alive(grandchild), "the command's child outlived the lost lease"
+        yield proc, info, grandchild
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if grandchild is not None and _alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_lost_lease_stops_the_command_and_all_it_started_and_says_so(node, tmp_path):
+    """And not the shell alone: its child (a review: sh -c '...' died, its sleep ran on, and
+    another host took the lock) is in the same process group, stopped with it."""
+    with _locked_shell_with_a_child(node, tmp_path, "lost", "host-c", "2") as (proc, info, grandchild):
+        client(node).lock_release("lost", info["token"])  # as an operator breaking it: the next renew is refused
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == EXIT_LOST, err
+        assert "is lost: stopping the command" in err, err
+        assert not _alive(grandchild), "the command's child outlived the lost lease"
 
 
 def test_a_raftsched_lock_killed_9_stops_its_command_and_all_it_started(node, tmp_path):
     """A walk: ``raftsched lock`` killed -9 left its command running without the lock (no one
     renews the lease), while a second holder ran: two holders at once. Its guard, a process of
     its own, sees it gone and stops the command's process group."""
-    cl = client(node)
-    pidfile = tmp_path / "grandchild"
-    proc = subprocess.Popen(argv(node, "lock", "killed", "--owner", "host-k", "--ttl", "30", "--kill-after", "2",
-                                 "--", "sh", "-c", f"sleep 120 & echo $! > {pidfile}; wait"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    grandchild = None
-    try:
-        wait_for(lambda: held_by(cl, "killed", "host-k"), 30, "the lock held by the command's raftsched lock")
-        grandchild = int(wait_for(lambda: pidfile.read_text().strip(), 30, "the command's child started"))
+    with _locked_shell_with_a_child(node, tmp_path, "killed", "host-k", "30") as (proc, _info, grandchild):
         proc.kill()
         _, err = proc.communicate(timeout=30)
         wait_for(lambda: not _alive(grandchild), 20, "the command's child stopped by the guard")
         assert "gone while its command ran: stopping the command" in err, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if grandchild is not None and _alive(grandchild):
-            os.kill(grandchild, signal.SIGKILL)
 
 
 def test_a_signal_to_raftsched_lock_reaches_the_command_and_the_lock_is_released_after_it(node, tmp_path):
