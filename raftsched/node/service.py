@@ -341,7 +341,8 @@ class Service:
 
     def _told_after_write(self, specs: list[dict], tenants: frozenset | None,
                           created: list[bool] | None = None) -> list[list[str]]:
-        """The warnings of each of ``specs``, just written (``created``: which were new jobs): a
+        """The warnings of each of ``specs``, just written (``created``: which the write made, or
+        gave a new schedule, as a past one-shot ``at`` is judged): a
         bug reading them must not answer an error for a write that was applied (the client would
         take it for not applied), so it is logged and the answer has none."""
         try:
@@ -1110,7 +1111,10 @@ class Service:
                 rid = None
         ids, nxt, newest, newest_at = self.read(queries.cancel_walk, *walk, *upto)
         now, step = self.clock.now_ms(), limits.run_refs_per_command
-        parts = [ids[k:k + step] for k in range(0, len(ids), step)]
+
+        def cut(ids: list[str]) -> list[list[str]]:
+            return [ids[k:k + step] for k in range(0, len(ids), step)]
+        parts = cut(ids)
         first: list[object] = []
         if rid is not None and parts:
             # The key's command, committed alone first: a retry then finds it whenever any of
@@ -1124,7 +1128,7 @@ class Service:
                 # it): this one is the retry, walked to that attempt's newest entry.
                 upto, duplicate = self._cancel_remembered(res, name, rid)
                 ids, nxt, _, _ = self.read(queries.cancel_walk, *walk, *upto)
-                parts = [ids[k:k + step] for k in range(0, len(ids), step)]
+                parts = cut(ids)
             else:
                 first = [res]
         results = first + list(await asyncio.gather(*(
